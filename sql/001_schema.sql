@@ -50,7 +50,7 @@ CREATE TABLE cairn.events (
 		'StepSucceeded', 'StepFailed', 'StepRetryScheduled', 'StepLeaseExpired',
 		'StepTimedOut', 'ApprovalRequested', 'ApprovalGranted', 'ApprovalRejected',
 		'TimerFired', 'SignalReceived', 'RunSucceeded', 'RunFailed', 'RunCancelled',
-		'RunForked')),
+		'RunForked', 'RunRetried')),
 	step_id		text,
 	attempt		int,
 	lease_epoch	bigint,
@@ -171,7 +171,8 @@ CREATE TABLE cairn.workers (
 	worker_id	text PRIMARY KEY,
 	queues		text[] NOT NULL,
 	started_at	timestamptz NOT NULL,
-	last_seen	timestamptz NOT NULL
+	last_seen	timestamptz NOT NULL,
+	lock_key	int
 );
 
 CREATE TABLE cairn.api_tokens (
@@ -182,3 +183,4 @@ CREATE TABLE cairn.api_tokens (
 );
 
 REVOKE ALL ON ALL TABLES IN SCHEMA cairn FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA cairn REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;

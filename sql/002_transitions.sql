@@ -82,6 +82,8 @@ BEGIN
 		 WHERE run_id = p_run AND step_id = p_step;
 	WHEN 'TimerFired', 'ApprovalGranted', 'ApprovalRejected', 'SignalReceived', 'RunForked' THEN
 		NULL; -- recorded for history; the step's next event changes it
+	WHEN 'RunRetried' THEN
+		PERFORM cairn._apply_retried(p_run, p, p_at);
 	WHEN 'RunSucceeded' THEN
 		UPDATE cairn.runs SET status = 'succeeded', finished_at = p_at WHERE run_id = p_run;
 	WHEN 'RunFailed', 'RunCancelled' THEN
@@ -516,27 +518,63 @@ BEGIN
 	RETURN v_seq;
 END $$;
 
--- reap_expired: leases whose holder stopped renewing them.
+-- The advisory lock class that marks a live worker session.
+CREATE FUNCTION cairn._worker_lock_class() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 1667331182';
+
+-- worker_register: called by a worker on each (re)connect. Holds a session
+-- lock for as long as the worker's connection lives.
+CREATE FUNCTION cairn.worker_register(p_worker text, p_queues text[])
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
+DECLARE
+	v_key int := hashtext(p_worker);
+BEGIN
+	PERFORM pg_advisory_lock(cairn._worker_lock_class(), v_key);
+	INSERT INTO cairn.workers (worker_id, queues, started_at, last_seen, lock_key)
+	VALUES (p_worker, p_queues, clock_timestamp(), clock_timestamp(), v_key)
+	ON CONFLICT (worker_id) DO UPDATE SET queues = excluded.queues, last_seen = excluded.last_seen,
+		lock_key = excluded.lock_key;
+END $$;
+
+-- Workers that registered a lock and whose session is gone.
+CREATE VIEW cairn.dead_workers AS
+SELECT w.worker_id FROM cairn.workers w
+ WHERE w.lock_key IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM pg_locks l
+		    WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		      AND l.classid = cairn._worker_lock_class()::oid
+		      AND l.objid = w.lock_key::oid AND l.objsubid = 2);
+
+-- reap_expired: leases whose holder stopped renewing them, and at once the
+-- leases of workers whose database session ended.
 CREATE FUNCTION cairn.reap_expired(p_max int)
 RETURNS int LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
 DECLARE
 	v cairn.steps;
 	v_seq bigint;
 	v_at timestamptz := clock_timestamp();
+	v_dead text[];
 	n int := 0;
 BEGIN
+	SELECT coalesce(array_agg(worker_id), '{}') INTO v_dead FROM cairn.dead_workers;
 	FOR v IN SELECT * FROM cairn.steps s
-		  WHERE s.status IN ('leased', 'running') AND s.lease_expires_at < v_at
+		  WHERE s.status IN ('leased', 'running')
+		    AND (s.lease_expires_at < v_at OR s.lease_owner = ANY (v_dead))
 		  ORDER BY s.lease_expires_at LIMIT p_max FOR UPDATE SKIP LOCKED LOOP
 		SELECT r.last_seq INTO v_seq FROM cairn.runs r WHERE r.run_id = v.run_id
 		 FOR UPDATE SKIP LOCKED;
 		CONTINUE WHEN NOT FOUND;
 		v_seq := cairn._after_failure(v.run_id, v_seq, v, 'StepLeaseExpired',
 			jsonb_build_object('reason', 'lease_expired', 'retryable', true,
-				'message', format('worker %s stopped renewing its lease', v.lease_owner)), v_at);
+				'message', CASE WHEN v.lease_owner = ANY (v_dead)
+					THEN format('worker %s is gone (its database session ended)', v.lease_owner)
+					ELSE format('worker %s stopped renewing its lease', v.lease_owner) END), v_at);
 		PERFORM cairn._end(v.run_id, v_seq, v_at);
 		n := n + 1;
 	END LOOP;
+	-- forget dead workers that hold nothing any more
+	DELETE FROM cairn.workers w WHERE w.worker_id = ANY (v_dead)
+	   AND NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.lease_owner = w.worker_id
+			      AND s.status IN ('leased', 'running'));
 	RETURN n;
 END $$;
 

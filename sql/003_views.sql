@@ -103,7 +103,8 @@ GRANT EXECUTE ON FUNCTION cairn.claim(text, text[], int, int), cairn.start(uuid,
 	cairn.complete(uuid, text, bigint, jsonb, jsonb, jsonb),
 	cairn.fail(uuid, text, bigint, jsonb, jsonb),
 	cairn.append_log(uuid, text, bigint, text, text, boolean),
-	cairn.checkpoint(uuid, text, bigint, bigint, text, bigint, bigint, text, text, jsonb, bytea)
+	cairn.checkpoint(uuid, text, bigint, bigint, text, bigint, bigint, text, text, jsonb, bytea),
+	cairn.worker_register(text, text[])
 	TO cairn_worker;
 GRANT EXECUTE ON FUNCTION cairn.submit(jsonb, jsonb, text, text, jsonb),
 	cairn.reap_expired(int), cairn.fire_timers(int),
@@ -115,3 +116,4 @@ GRANT SELECT ON cairn.runs, cairn.steps, cairn.events, cairn.step_logs, cairn.ap
 	cairn.approvals, cairn.effects TO cairn_engine;
 GRANT SELECT ON cairn.run_history, cairn.step_attempts, cairn.pending_approvals,
 	cairn.approval_decisions, cairn.run_timeline, cairn.committed_effects TO cairn_reader;
+GRANT SELECT ON cairn.dead_workers TO cairn_reader, cairn_engine;
