@@ -31,8 +31,19 @@ wait_for() {
 # run_status ID: prints the run's status as the store has it
 # (running, succeeded, failed, cancelled), or nothing when there is no such run.
 run_status() {
-	psql -X -Atq -v ON_ERROR_STOP=1 -v id="$1" \
-		-c "select status from cairn.runs where run_id::text = :'id'" 2>/dev/null
+	echo "select status from cairn.runs where run_id::text = :'id';" |
+		psql -X -Atq -v ON_ERROR_STOP=1 -v id="$1" 2>/dev/null
+}
+
+# sql_value SQL [NAME=VALUE...]: prints the result of one query, with psql
+# variables (use :'NAME' in SQL) set from the arguments.
+sql_value() {
+	local sql=$1 a n
+	shift
+	n=$#
+	for a in "$@"; do set -- "$@" -v "$a"; done
+	shift "$n"
+	echo "$sql;" | psql -X -Atq -v ON_ERROR_STOP=1 "$@"
 }
 
 # cairn_migrate: applies the schema with `cairn db migrate`, or with psql
@@ -52,8 +63,8 @@ cairn_migrate() {
 # cairn_token NAME ROLES: prints a fresh token with the given roles
 # (comma-separated, e.g. "submit,read").
 cairn_token() {
-	psql -X -Atq -v ON_ERROR_STOP=1 -v name="$1" -v roles="{$2}" \
-		-c "select cairn.token_create(:'name', :'roles'::text[])"
+	echo "select cairn.token_create(:'name', :'roles'::text[]);" |
+		psql -X -Atq -v ON_ERROR_STOP=1 -v name="$1" -v roles="{$2}"
 }
 
 # cairn_start_cairnd DIR [cairnd args]: starts cairnd on a free loopback
