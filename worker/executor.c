@@ -1,0 +1,900 @@
+/* executor: one attempt of a step, from its folders to its outcome. It owns
+ * the step's pipes, timers and child-exit watch, and the host backend; the
+ * sandbox plugs in as another backend. It never talks to the database and
+ * never blocks the loop on the step. */
+#define _GNU_SOURCE
+#include "executor.h"
+#include "collect.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <event2/event.h>
+
+#define EXEC_LINGER_MS 1000 /* after the step exits, wait this long for pipe EOF */
+#define EXEC_READ_CHUNK 65536
+#define EXEC_NAME_MAX 200
+
+extern char **environ;
+
+struct stream {
+	const char *name;
+	int fd;
+	struct event *ev;
+	struct buf data;
+	uint64_t dropped;
+	bool eof;
+};
+
+struct exec_job {
+	struct executor *ex;
+	struct exec_job *prev, *next;
+	exec_done_cb cb;
+	void *arg;
+
+	char *run_dir, *dir, *workspace, *in_dir, *out_dir, *ctl;
+	void *proc;
+	pid_t pid;
+	int pidfd;
+	struct event *exit_ev, *timeout_ev, *grace_ev, *linger_ev, *reap_ev;
+	struct stream out, err;
+	struct line_tail tail;
+
+	json_t *permanent;            /* spec.retry.permanent_exit_codes */
+	int64_t timeout_ms;
+	int64_t started_wall, started_mono, ended_mono;
+	int wstatus;
+	bool exited, timed_out, finished;
+	const char *kill_reason;
+	bool kill_retryable;
+};
+
+struct executor {
+	struct event_base *base;
+	struct executor_opts opts;
+	const struct exec_backend *backend;
+	struct exec_job *jobs;
+	int running;
+	struct event *sigchld_ev;
+};
+
+static void job_check_done(struct exec_job *job);
+
+/* ---- host backend ---- */
+
+struct host_proc {
+	pid_t pid;
+};
+
+struct spawn_error {
+	int stage;
+	int err;
+};
+
+static const char *const spawn_stages[] = {
+	"set up the session", "set the parent-death signal", "set up stdio",
+	"enter the workspace", "execute",
+};
+
+/* Runs in the forked child: never returns. Reports a failure through fd. */
+static void __attribute__((noreturn)) host_child(const struct exec_spawn *sp, pid_t parent, int fd)
+{
+	struct spawn_error se = { 0, 0 };
+	sigset_t none;
+	int devnull;
+
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	if (setsid() < 0)
+		goto fail;
+	se.stage = 1;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+		goto fail;
+	se.stage = 2;
+	devnull = open("/dev/null", O_RDONLY);
+	if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(sp->stdout_fd, 1) < 0 ||
+	    dup2(sp->stderr_fd, 2) < 0)
+		goto fail;
+	se.stage = 3;
+	if (chdir(sp->workspace) < 0)
+		goto fail;
+	se.stage = 4;
+	if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) < 0)
+		for (int i = 3; i < 4096; i++)
+			if (i != fd)
+				fcntl(i, F_SETFD, FD_CLOEXEC);
+	environ = (char **)sp->envp;
+	execvp(sp->argv[0], sp->argv);
+fail:
+	se.err = errno;
+	if (write(fd, &se, sizeof(se)) < 0)
+		_exit(127);
+	_exit(127);
+}
+
+static int host_spawn(const struct exec_spawn *sp, void **proc, pid_t *pid, char *err, size_t errlen)
+{
+	struct spawn_error se;
+	struct host_proc *hp;
+	pid_t parent = getpid(), child;
+	int fds[2];
+	ssize_t n;
+
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "could not create a pipe: %s", strerror(errno));
+		return -1;
+	}
+	child = fork();
+	if (child < 0) {
+		snprintf(err, errlen, "could not fork: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	if (child == 0) {
+		close(fds[0]);
+		host_child(sp, parent, fds[1]);
+	}
+	close(fds[1]);
+	do
+		n = read(fds[0], &se, sizeof(se));
+	while (n < 0 && errno == EINTR);
+	close(fds[0]);
+	if (n == (ssize_t)sizeof(se)) {
+		waitpid(child, NULL, 0);
+		snprintf(err, errlen, "could not %s \"%s\": %s",
+			 spawn_stages[se.stage < 5 && se.stage >= 0 ? se.stage : 4],
+			 se.stage == 4 ? sp->argv[0] : se.stage == 3 ? sp->workspace : "step",
+			 strerror(se.err));
+		return -1;
+	}
+	hp = xmalloc(sizeof(*hp));
+	hp->pid = child;
+	*proc = hp;
+	*pid = child;
+	return 0;
+}
+
+static void host_kill(void *proc, int sig)
+{
+	struct host_proc *hp = proc;
+
+	/* The step leads its own session and process group. */
+	if (kill(-hp->pid, sig) < 0 && errno == ESRCH)
+		kill(hp->pid, sig);
+}
+
+static void host_outcome(void *proc, int wstatus, int *exit_code, int *signo)
+{
+	*exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+	*signo = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
+}
+
+static void host_release(void *proc)
+{
+	free(proc);
+}
+
+const struct exec_backend exec_backend_host = {
+	.name = "host",
+	.spawn = host_spawn,
+	.kill = host_kill,
+	.outcome = host_outcome,
+	.release = host_release,
+};
+
+/* ---- folders ---- */
+
+static int rmtree_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	if (flag == FTW_DP || flag == FTW_D)
+		return rmdir(path) < 0 && errno != ENOENT ? -1 : 0;
+	return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+int executor_rmtree(const char *dir)
+{
+	struct stat st;
+
+	if (lstat(dir, &st) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (!S_ISDIR(st.st_mode))
+		return unlink(dir);
+	/* Let the owner delete what a step left read-only. */
+	if (chmod(dir, 0700) < 0)
+		return -1;
+	return nftw(dir, rmtree_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+/* A run or step id used as a folder name: no separators, no dot names. */
+static bool safe_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (!n || n > EXEC_NAME_MAX || s[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_' || c == '.'))
+			return false;
+	}
+	return true;
+}
+
+static char *path_join(const char *a, const char *b)
+{
+	struct buf p = BUF_INIT;
+
+	buf_addf(&p, "%s/%s", a, b);
+	return buf_detach(&p);
+}
+
+static int make_dir(const char *path, char *err, size_t errlen)
+{
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "could not create \"%s\": %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int fresh_dir(const char *path, char *err, size_t errlen)
+{
+	if (executor_rmtree(path) < 0) {
+		snprintf(err, errlen, "could not remove \"%s\": %s", path, strerror(errno));
+		return -1;
+	}
+	return make_dir(path, err, errlen);
+}
+
+static int write_json(const char *dir, const char *name, const json_t *v, char *err, size_t errlen)
+{
+	char *path = path_join(dir, name);
+	int rc = 0;
+
+	if (json_dump_file(v ? v : json_null(), path, JSON_ENCODE_ANY | JSON_COMPACT) < 0) {
+		snprintf(err, errlen, "could not write \"%s\"", path);
+		rc = -1;
+	}
+	free(path);
+	return rc;
+}
+
+static int write_text(const char *path, const char *text, size_t len, char *err, size_t errlen)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int rc = -1;
+
+	if (fd < 0)
+		goto out;
+	while (len) {
+		ssize_t n = write(fd, text, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			goto out;
+		}
+		text += n;
+		len -= (size_t)n;
+	}
+	rc = 0;
+out:
+	if (rc)
+		snprintf(err, errlen, "could not write \"%s\": %s", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Creates RUN/STEP/{workspace,in,out} (workspace kept from earlier
+ * attempts) and fills in/. */
+static int job_prepare_dirs(struct exec_job *job, const struct exec_step *step, char *err, size_t errlen)
+{
+	struct buf done = BUF_INIT;
+	const char *key;
+	json_t *val;
+	size_t i;
+	int rc = -1;
+
+	job->run_dir = path_join(job->ex->opts.work_dir, step->run_id);
+	job->dir = path_join(job->run_dir, step->step_id);
+	job->workspace = path_join(job->dir, "workspace");
+	job->in_dir = path_join(job->dir, "in");
+	job->out_dir = path_join(job->dir, "out");
+	job->ctl = path_join(job->dir, "ctl");
+	if (make_dir(job->run_dir, err, errlen) || make_dir(job->dir, err, errlen) ||
+	    make_dir(job->workspace, err, errlen) || fresh_dir(job->in_dir, err, errlen) ||
+	    fresh_dir(job->out_dir, err, errlen))
+		goto out;
+	if (write_json(job->in_dir, "input.json", step->input, err, errlen))
+		goto out;
+	json_object_foreach((json_t *)step->needs_output, key, val) {
+		char name[EXEC_NAME_MAX + 8];
+
+		if (!safe_name(key))
+			continue;
+		snprintf(name, sizeof(name), "%s.json", key);
+		if (write_json(job->in_dir, name, val, err, errlen))
+			goto out;
+	}
+	json_array_foreach((json_t *)step->done_effects, i, val) {
+		const char *k = json_string_value(val);
+
+		if (k && !strchr(k, '\n'))
+			buf_addf(&done, "%s\n", k);
+	}
+	{
+		char *path = path_join(job->in_dir, ".done-effects");
+		int r = write_text(path, done.data ? done.data : "", done.len, err, errlen);
+
+		free(path);
+		if (r)
+			goto out;
+	}
+	if (write_text(job->ctl, "", 0, err, errlen))
+		goto out;
+	rc = 0;
+out:
+	buf_release(&done);
+	return rc;
+}
+
+/* ---- environment and argv ---- */
+
+static void env_set(json_t *env, const char *k, const char *v)
+{
+	json_object_set_new(env, k, json_string(v));
+}
+
+/* Builds the step's whole environment: its declared env, then the CAIRN_*
+ * variables, PATH and HOME. Returns a new NULL-terminated array. */
+static char **job_envp(struct exec_job *job, const struct exec_step *step)
+{
+	const struct exec_backend *be = job->ex->backend;
+	const char *ws = be->workspace_path ? be->workspace_path : job->workspace;
+	const char *in = be->in_path ? be->in_path : job->in_dir;
+	json_t *env = json_object(), *decl = json_object_get(step->spec, "env"), *v;
+	char attempt[16], *done, *key_s;
+	const char *k;
+	char **envp;
+	size_t i = 0;
+	struct buf b = BUF_INIT;
+
+	env_set(env, "PATH", "/usr/local/bin:/usr/bin:/bin");
+	env_set(env, "HOME", ws);
+	json_object_foreach(decl, k, v) {
+		if (!*k || strchr(k, '=') || !json_is_string(v) || strncmp(k, "CAIRN_", 6) == 0)
+			continue;
+		json_object_set(env, k, v);
+	}
+	snprintf(attempt, sizeof(attempt), "%d", step->attempt);
+	buf_addf(&b, "%s:%s", step->run_id, step->step_id);
+	key_s = buf_detach(&b);
+	done = path_join(in, ".done-effects");
+	env_set(env, "CAIRN_WORKSPACE", ws);
+	env_set(env, "CAIRN_IN", in);
+	env_set(env, "CAIRN_OUT", be->out_path ? be->out_path : job->out_dir);
+	env_set(env, "CAIRN_CTL", be->ctl_path ? be->ctl_path : job->ctl);
+	env_set(env, "CAIRN_RUN_ID", step->run_id);
+	env_set(env, "CAIRN_STEP_ID", step->step_id);
+	env_set(env, "CAIRN_ATTEMPT", attempt);
+	env_set(env, "CAIRN_IDEMPOTENCY_KEY", key_s);
+	env_set(env, "CAIRN_DONE_EFFECTS", done);
+	free(done);
+	free(key_s);
+
+	envp = xcalloc(json_object_size(env) + 1, sizeof(char *));
+	json_object_foreach(env, k, v) {
+		buf_addf(&b, "%s=%s", k, json_string_value(v));
+		envp[i++] = buf_detach(&b);
+	}
+	envp[i] = NULL;
+	json_decref(env);
+	return envp;
+}
+
+static void strv_free(char **v)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* spec.run as argv; NULL when it is not a non-empty array of strings. */
+static char **spec_argv(const json_t *spec)
+{
+	json_t *run = json_object_get(spec, "run"), *v;
+	size_t n = json_array_size(run), i;
+	char **argv;
+
+	if (!n || n > 4096)
+		return NULL;
+	argv = xcalloc(n + 1, sizeof(char *));
+	json_array_foreach(run, i, v) {
+		if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v))) {
+			strv_free(argv);
+			return NULL;
+		}
+		argv[i] = xstrdup(json_string_value(v));
+	}
+	return argv;
+}
+
+/* ---- the job on the loop ---- */
+
+static void stream_close(struct stream *s)
+{
+	if (s->ev) {
+		event_free(s->ev);
+		s->ev = NULL;
+	}
+	if (s->fd >= 0) {
+		close(s->fd);
+		s->fd = -1;
+	}
+	s->eof = true;
+}
+
+static void stream_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_job *job = arg;
+	struct stream *s = fd == job->out.fd ? &job->out : &job->err;
+	char chunk[EXEC_READ_CHUNK];
+	size_t cap = job->ex->opts.log_max;
+
+	for (int round = 0; round < 8; round++) {
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return;
+			n = 0; /* treat a read error as the end of the stream */
+		}
+		if (n == 0) {
+			stream_close(s);
+			job_check_done(job);
+			return;
+		}
+		if (s == &job->out)
+			line_tail_feed(&job->tail, chunk, (size_t)n);
+		if (s->data.len < cap) {
+			size_t keep = (size_t)n < cap - s->data.len ? (size_t)n : cap - s->data.len;
+
+			buf_add(&s->data, chunk, keep);
+			s->dropped += (size_t)n - keep;
+		} else {
+			s->dropped += (size_t)n;
+		}
+	}
+}
+
+static void job_exited(struct exec_job *job, int wstatus)
+{
+	struct timeval tv = { EXEC_LINGER_MS / 1000, (EXEC_LINGER_MS % 1000) * 1000 };
+
+	job->exited = true;
+	job->wstatus = wstatus;
+	job->ended_mono = mono_ms();
+	if (job->exit_ev)
+		event_del(job->exit_ev);
+	if (job->timeout_ev)
+		event_del(job->timeout_ev);
+	/* Whatever the step left running in its group ends with it. */
+	job->ex->backend->kill(job->proc, SIGKILL);
+	evtimer_add(job->linger_ev, &tv);
+	job->ex->running--;
+	job_check_done(job);
+}
+
+/* Reaps the job's main process if it has exited. */
+static void job_try_reap(struct exec_job *job)
+{
+	int status;
+	pid_t r;
+
+	if (job->exited || job->pid <= 0)
+		return;
+	do
+		r = waitpid(job->pid, &status, WNOHANG);
+	while (r < 0 && errno == EINTR);
+	if (r == job->pid)
+		job_exited(job, status);
+	else if (r < 0 && errno == ECHILD)
+		job_exited(job, 0x7f00 /* as if exited 127 */);
+}
+
+static void exit_cb(evutil_socket_t fd, short what, void *arg)
+{
+	job_try_reap(arg);
+}
+
+static void sigchld_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct executor *ex = arg;
+	struct exec_job *job, *next;
+
+	for (job = ex->jobs; job; job = next) {
+		next = job->next;
+		job_try_reap(job);
+	}
+}
+
+static void timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_job *job = arg;
+	int64_t g = job->ex->opts.kill_grace_ms;
+	struct timeval tv = { g / 1000, (g % 1000) * 1000 };
+
+	if (job->exited)
+		return;
+	log_info("step \"%s\" of run %s timed out after %lld ms, stopping it",
+		 strrchr(job->dir, '/') + 1, strrchr(job->run_dir, '/') + 1, (long long)job->timeout_ms);
+	job->timed_out = true;
+	job->ex->backend->kill(job->proc, SIGTERM);
+	evtimer_add(job->grace_ev, &tv);
+}
+
+static void grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_job *job = arg;
+
+	if (!job->exited)
+		job->ex->backend->kill(job->proc, SIGKILL);
+}
+
+static void linger_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_job *job = arg;
+
+	/* Something outside the step's group holds its pipes: stop waiting. */
+	stream_close(&job->out);
+	stream_close(&job->err);
+	job_check_done(job);
+}
+
+static void job_free(struct exec_job *job)
+{
+	struct executor *ex = job->ex;
+
+	if (job->prev)
+		job->prev->next = job->next;
+	else
+		ex->jobs = job->next;
+	if (job->next)
+		job->next->prev = job->prev;
+	stream_close(&job->out);
+	stream_close(&job->err);
+	buf_release(&job->out.data);
+	buf_release(&job->err.data);
+	line_tail_release(&job->tail);
+	if (job->exit_ev)
+		event_free(job->exit_ev);
+	if (job->timeout_ev)
+		event_free(job->timeout_ev);
+	if (job->grace_ev)
+		event_free(job->grace_ev);
+	if (job->linger_ev)
+		event_free(job->linger_ev);
+	if (job->reap_ev)
+		event_free(job->reap_ev);
+	if (job->pidfd >= 0)
+		close(job->pidfd);
+	if (job->proc)
+		ex->backend->release(job->proc);
+	json_decref(job->permanent);
+	free(job->run_dir);
+	free(job->dir);
+	free(job->workspace);
+	free(job->in_dir);
+	free(job->out_dir);
+	free(job->ctl);
+	free(job);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	job_free(arg);
+}
+
+static json_t *stream_log(const struct stream *s, size_t cap)
+{
+	struct buf b = BUF_INIT;
+	json_t *entry;
+
+	buf_add(&b, s->data.data ? s->data.data : "", s->data.len);
+	if (s->dropped)
+		buf_addf(&b, "\n[cairn: output truncated after %zu bytes]\n", cap);
+	entry = json_pack("{s:s, s:o, s:b}", "stream", s->name,
+			  "data", collect_text(b.data, b.len), "truncated", s->dropped > 0);
+	buf_release(&b);
+	return entry;
+}
+
+static bool permanent_code(const json_t *codes, int code)
+{
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(codes, i, v)
+		if (json_is_integer(v) && json_integer_value(v) == code)
+			return true;
+	return false;
+}
+
+/* Decides the outcome, collects the step's results and calls back. */
+static void job_finish(struct exec_job *job)
+{
+	struct executor *ex = job->ex;
+	struct exec_result res;
+	const char *last;
+	int code = -1, signo = 0;
+	char err[400];
+
+	memset(&res, 0, sizeof(res));
+	res.exit_code = -1;
+	res.started_at_ms = job->started_wall;
+	res.duration_ms = job->ended_mono - job->started_mono;
+	res.logs = json_array();
+	if (job->out.data.len || job->out.dropped)
+		json_array_append_new(res.logs, stream_log(&job->out, ex->opts.log_max));
+	if (job->err.data.len || job->err.dropped)
+		json_array_append_new(res.logs, stream_log(&job->err, ex->opts.log_max));
+	ex->backend->outcome(job->proc, job->wstatus, &code, &signo);
+	res.exit_code = code;
+	res.signo = signo;
+	last = line_tail_finish(&job->tail);
+
+	if (job->kill_reason) {
+		res.reason = job->kill_reason;
+		res.retryable = job->kill_retryable;
+		snprintf(res.message, sizeof(res.message), "step stopped: %s", job->kill_reason);
+	} else if (job->timed_out) {
+		res.reason = "timeout";
+		res.retryable = true;
+		snprintf(res.message, sizeof(res.message), "step timed out after %lld ms",
+			 (long long)job->timeout_ms);
+	} else if (code == 0) {
+		if (collect_output(job->out_dir, last, ex->opts.doc_max, &res.output, err, sizeof(err))) {
+			res.reason = "bad_output";
+			snprintf(res.message, sizeof(res.message), "%s", err);
+		} else if (collect_effects(job->out_dir, ex->opts.doc_max, &res.effects, err, sizeof(err))) {
+			res.reason = "bad_effects";
+			snprintf(res.message, sizeof(res.message), "%s", err);
+		} else {
+			res.success = true;
+		}
+	} else if (code > 0) {
+		res.reason = "exit";
+		res.retryable = !permanent_code(job->permanent, code);
+		snprintf(res.message, sizeof(res.message), "step exited with code %d", code);
+	} else {
+		res.reason = "signal";
+		res.retryable = true;
+		snprintf(res.message, sizeof(res.message), "step was killed by signal %d (%s)",
+			 signo, strsignal(signo));
+	}
+
+	job->cb(job, &res, job->arg);
+
+	json_decref(res.output);
+	json_decref(res.effects);
+	json_decref(res.logs);
+	if (executor_rmtree(job->in_dir) < 0 || executor_rmtree(job->out_dir) < 0)
+		log_warn("could not clean \"%s\": %s", job->dir, strerror(errno));
+	if (res.success) {
+		if (executor_rmtree(job->dir) < 0)
+			log_warn("could not remove \"%s\": %s", job->dir, strerror(errno));
+		rmdir(job->run_dir); /* fails while other steps of the run are here */
+	}
+}
+
+static void job_check_done(struct exec_job *job)
+{
+	struct timeval now = { 0, 0 };
+
+	if (job->finished || !job->exited || !job->out.eof || !job->err.eof)
+		return;
+	job->finished = true;
+	if (job->linger_ev)
+		event_del(job->linger_ev);
+	if (job->grace_ev)
+		event_del(job->grace_ev);
+	job_finish(job);
+	/* Freed on the next loop pass, never inside its own callbacks. */
+	evtimer_add(job->reap_ev, &now);
+}
+
+static int stream_open(struct exec_job *job, struct stream *s, const char *name, int *wfd,
+		       char *err, size_t errlen)
+{
+	int fds[2];
+
+	s->name = name;
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "could not create a pipe: %s", strerror(errno));
+		return -1;
+	}
+	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	s->fd = fds[0];
+	*wfd = fds[1];
+	s->ev = event_new(job->ex->base, s->fd, EV_READ | EV_PERSIST, stream_read_cb, job);
+	s->eof = false;
+	return 0;
+}
+
+struct exec_job *executor_start(struct executor *ex, const struct exec_step *step,
+				exec_done_cb cb, void *arg,
+				const char **fail_reason, bool *fail_retryable,
+				char *err, size_t errlen)
+{
+	struct exec_job *job = xcalloc(1, sizeof(*job));
+	struct exec_spawn sp;
+	char **argv = NULL, **envp = NULL;
+	int out_w = -1, err_w = -1;
+	json_t *timeout;
+	bool ok = false;
+
+	job->ex = ex;
+	job->cb = cb;
+	job->arg = arg;
+	job->pidfd = -1;
+	job->out.fd = job->err.fd = -1;
+	job->out.eof = job->err.eof = true;
+	line_tail_init(&job->tail, ex->opts.doc_max);
+	job->next = ex->jobs;
+	if (ex->jobs)
+		ex->jobs->prev = job;
+	ex->jobs = job;
+	*fail_reason = "bad_spec";
+	*fail_retryable = false;
+
+	if (!safe_name(step->run_id) || !safe_name(step->step_id)) {
+		snprintf(err, errlen, "run or step id \"%.100s\" cannot name a folder", step->step_id);
+		goto out;
+	}
+	argv = spec_argv(step->spec);
+	if (!argv) {
+		snprintf(err, errlen, "\"run\" of step \"%s\" is not a non-empty array of strings",
+			 step->step_id);
+		goto out;
+	}
+	job->permanent = json_incref(json_object_get(json_object_get(step->spec, "retry"),
+						     "permanent_exit_codes"));
+	timeout = json_object_get(step->spec, "timeout_ms");
+	job->timeout_ms = json_is_integer(timeout) ? json_integer_value(timeout) : 0;
+
+	*fail_reason = "prepare";
+	*fail_retryable = true;
+	if (job_prepare_dirs(job, step, err, errlen))
+		goto out;
+	envp = job_envp(job, step);
+	if (stream_open(job, &job->out, "stdout", &out_w, err, errlen) ||
+	    stream_open(job, &job->err, "stderr", &err_w, err, errlen))
+		goto out;
+
+	memset(&sp, 0, sizeof(sp));
+	sp.argv = argv;
+	sp.envp = envp;
+	sp.workspace = job->workspace;
+	sp.in_dir = job->in_dir;
+	sp.out_dir = job->out_dir;
+	sp.ctl = job->ctl;
+	sp.stdout_fd = out_w;
+	sp.stderr_fd = err_w;
+	sp.sandbox = json_object_get(step->spec, "sandbox");
+	*fail_reason = "spawn";
+	job->started_wall = wall_ms();
+	job->started_mono = mono_ms();
+	if (ex->backend->spawn(&sp, &job->proc, &job->pid, err, errlen))
+		goto out;
+	ex->running++;
+
+	job->timeout_ev = evtimer_new(ex->base, timeout_cb, job);
+	job->grace_ev = evtimer_new(ex->base, grace_cb, job);
+	job->linger_ev = evtimer_new(ex->base, linger_cb, job);
+	job->reap_ev = evtimer_new(ex->base, reap_cb, job);
+	event_add(job->out.ev, NULL);
+	event_add(job->err.ev, NULL);
+	job->pidfd = (int)syscall(SYS_pidfd_open, job->pid, 0);
+	if (job->pidfd >= 0) {
+		job->exit_ev = event_new(ex->base, job->pidfd, EV_READ | EV_PERSIST, exit_cb, job);
+		event_add(job->exit_ev, NULL);
+	} else if (!ex->sigchld_ev) {
+		log_info("pidfd_open is not available (%s): watching SIGCHLD", strerror(errno));
+		ex->sigchld_ev = evsignal_new(ex->base, SIGCHLD, sigchld_cb, ex);
+		event_add(ex->sigchld_ev, NULL);
+	}
+	if (job->timeout_ms > 0) {
+		struct timeval tv = { job->timeout_ms / 1000, (job->timeout_ms % 1000) * 1000 };
+		evtimer_add(job->timeout_ev, &tv);
+	}
+	/* The child may have exited before the watch was set up. */
+	if (!job->exit_ev)
+		job_try_reap(job);
+	ok = true;
+out:
+	if (out_w >= 0)
+		close(out_w);
+	if (err_w >= 0)
+		close(err_w);
+	strv_free(argv);
+	strv_free(envp);
+	if (!ok) {
+		job_free(job);
+		return NULL;
+	}
+	return job;
+}
+
+void executor_kill(struct exec_job *job, const char *reason, bool retryable)
+{
+	if (job->finished)
+		return;
+	if (!job->kill_reason) {
+		job->kill_reason = reason;
+		job->kill_retryable = retryable;
+	}
+	if (!job->exited)
+		job->ex->backend->kill(job->proc, SIGKILL);
+}
+
+pid_t executor_job_pid(const struct exec_job *job)
+{
+	return job->pid;
+}
+
+int executor_running(const struct executor *ex)
+{
+	return ex->running;
+}
+
+struct executor *executor_new(struct event_base *base, const struct executor_opts *opts)
+{
+	struct executor *ex = xcalloc(1, sizeof(*ex));
+
+	ex->base = base;
+	ex->opts = *opts;
+	ex->backend = opts->backend ? opts->backend : &exec_backend_host;
+	if (!ex->opts.log_max)
+		ex->opts.log_max = 1024 * 1024;
+	if (!ex->opts.doc_max)
+		ex->opts.doc_max = COLLECT_DOC_MAX;
+	if (ex->opts.kill_grace_ms <= 0)
+		ex->opts.kill_grace_ms = 2000;
+	return ex;
+}
+
+void executor_free(struct executor *ex)
+{
+	if (!ex)
+		return;
+	while (ex->jobs) {
+		struct exec_job *job = ex->jobs;
+
+		if (!job->exited && job->proc) {
+			ex->backend->kill(job->proc, SIGKILL);
+			waitpid(job->pid, NULL, 0);
+		}
+		job_free(job);
+	}
+	if (ex->sigchld_ev)
+		event_free(ex->sigchld_ev);
+	free(ex);
+}

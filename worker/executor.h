@@ -1,0 +1,118 @@
+/* executor: runs one attempt of a step. It prepares the step's folders
+ * (workspace, in, out), starts the command through a backend, captures
+ * stdout/stderr under a cap, enforces the timeout, and hands back the
+ * outcome with the collected output and effects. All on the caller's
+ * event loop; no database access. */
+#ifndef CAIRN_EXECUTOR_H
+#define CAIRN_EXECUTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+#include "util.h"
+
+struct event_base;
+struct executor;
+struct exec_job;
+
+/* What a backend starts. Everything is borrowed for the call. */
+struct exec_spawn {
+	char *const *argv;
+	char *const *envp;
+	/* Host paths of the step's folders and control file. */
+	const char *workspace, *in_dir, *out_dir, *ctl;
+	/* Write ends of the stdout / stderr pipes; the backend dups them. */
+	int stdout_fd, stderr_fd;
+	/* spec.sandbox (may be NULL). */
+	const json_t *sandbox;
+};
+
+/* A way to start a step's processes. The executor does everything else. */
+struct exec_backend {
+	const char *name;
+	/* Paths as the step sees them (NULL: the host paths). */
+	const char *workspace_path, *in_path, *out_path, *ctl_path;
+	/* Starts sp; returns 0 with *proc (backend state) and *pid (the process
+	 * whose exit ends the step, a child of the caller), or -1 with err. */
+	int (*spawn)(const struct exec_spawn *sp, void **proc, pid_t *pid,
+		     char *err, size_t errlen);
+	/* Sends sig to every process of the step. */
+	void (*kill)(void *proc, int sig);
+	/* Turns the wait status of *pid into an exit code (-1 if none) and a
+	 * signal number (0 if none). */
+	void (*outcome)(void *proc, int wstatus, int *exit_code, int *signo);
+	/* Frees proc; the processes are gone by then. */
+	void (*release)(void *proc);
+};
+
+/* The host backend: a new session and process group, no isolation. */
+extern const struct exec_backend exec_backend_host;
+
+struct executor_opts {
+	const char *work_dir;          /* borrowed, must exist */
+	const struct exec_backend *backend; /* borrowed; NULL = host */
+	size_t log_max;                /* cap per stream, bytes */
+	size_t doc_max;                /* cap of output.json / effects.jsonl */
+	int64_t kill_grace_ms;         /* SIGTERM → SIGKILL on timeout */
+};
+
+/* One attempt, as claimed. Borrowed for the call to executor_start. */
+struct exec_step {
+	const char *run_id, *step_id;
+	int attempt;
+	const json_t *spec;            /* normalized step spec */
+	const json_t *input;           /* run input */
+	const json_t *needs_output;    /* {step_id: output} */
+	const json_t *done_effects;    /* array of keys already committed */
+};
+
+struct exec_result {
+	bool success;
+	/* On failure: reason ("exit", "signal", "timeout", "bad_output",
+	 * "bad_effects", "spawn", "bad_spec", or the kill reason), a message,
+	 * and whether another attempt may help. */
+	const char *reason;
+	char message[512];
+	bool retryable;
+	int exit_code;                 /* -1 when the process did not exit */
+	int signo;                     /* 0 when not killed by a signal */
+	int64_t started_at_ms;         /* wall clock */
+	int64_t duration_ms;
+	/* Borrowed, valid during the callback: output (success), effects
+	 * (success, array), logs ([{stream, data, truncated}]). */
+	json_t *output, *effects, *logs;
+};
+
+/* Called once per started job, from the loop. The job is freed after the
+ * callback returns: do not keep the pointer. */
+typedef void (*exec_done_cb)(struct exec_job *job, const struct exec_result *res, void *arg);
+
+/* Returns new; caller frees with executor_free (after every job is done). */
+struct executor *executor_new(struct event_base *base, const struct executor_opts *opts);
+void executor_free(struct executor *ex);
+
+/* Starts one attempt. Returns the job, or NULL with err set when it could
+ * not be prepared or started; then *fail_reason (static) and
+ * *fail_retryable say how the step fails, and cb is never called. */
+struct exec_job *executor_start(struct executor *ex, const struct exec_step *step,
+				exec_done_cb cb, void *arg,
+				const char **fail_reason, bool *fail_retryable,
+				char *err, size_t errlen);
+
+/* Kills the job's processes now; its result fails with reason (a static
+ * string) and retryable. Safe to call more than once before the callback. */
+void executor_kill(struct exec_job *job, const char *reason, bool retryable);
+
+/* Pid of the job's main process (for logs and start info). */
+pid_t executor_job_pid(const struct exec_job *job);
+
+/* Number of jobs not yet finished. */
+int executor_running(const struct executor *ex);
+
+/* Removes dir and everything below it without following symlinks. */
+int executor_rmtree(const char *dir) WARN_UNUSED;
+
+#endif

@@ -1,0 +1,670 @@
+/* lease: claims steps, renews their leases, reports their outcome. It owns
+ * the worker's list of leased steps and every transition call the worker
+ * makes; it never runs a process itself (the executor does). */
+#define _GNU_SOURCE
+#include "lease.h"
+#include "executor.h"
+#include "log.h"
+#include "pgq.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <event2/event.h>
+#include <jansson.h>
+
+#define LEASE_START_DELAY_MS 250  /* report StepStarted only for steps still running then */
+#define LEASE_REPORT_RETRY_MS 1000
+#define LEASE_REPORT_TRIES 30
+#define LEASE_STOP_GRACE_MS 10000 /* after stop, give reports this long */
+
+static const char sql_claim[] =
+	"select run_id, step_id, attempt, lease_epoch, spec, input, needs_output, "
+	"to_json(done_effects) from cairn.claim($1, $2::text[], $3::int, $4::int)";
+static const char sql_heartbeat[] =
+	"select run_id, step_id from cairn.heartbeat($1, $2::uuid[], $3::text[], $4::bigint[], $5::int)";
+static const char sql_start[] = "select cairn.start($1::uuid, $2, $3::bigint, $4::jsonb)";
+static const char sql_complete[] =
+	"select cairn.complete($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb, $6::jsonb)";
+static const char sql_fail[] = "select cairn.fail($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb)";
+
+enum report_kind { REPORT_NONE, REPORT_COMPLETE, REPORT_FAIL };
+
+struct job {
+	struct lease *l;
+	struct job *prev, *next;
+	int refs;                  /* the list's reference + queries in flight */
+	char *run_id, *step_id;
+	char epoch[24];
+	int attempt;
+	struct exec_job *ex_job;   /* NULL once the executor is done with it */
+	struct event *start_ev, *retry_ev;
+	bool fenced, start_sent;
+	enum report_kind report;
+	char *params[6];           /* the report's parameters, kept for retries */
+	int nparams, tries;
+};
+
+struct lease {
+	struct event_base *base;
+	struct pgq *db, *listen_db;
+	struct executor *ex;
+	struct lease_opts opts;
+	struct job *jobs;
+	int njobs, executing;
+	struct event *poll_ev, *hb_ev, *drain_ev, *stop_ev;
+	bool started, claiming, want_claim, last_full, notified, hb_inflight;
+	bool draining, stopping, done_called;
+	char *queues_lit;          /* the queues as a text[] literal */
+};
+
+static void lease_kick(struct lease *l);
+static void job_report_send(struct job *job);
+
+/* ---- helpers ---- */
+
+/* Appends s to b as one element of a PostgreSQL array literal. */
+static void array_add(struct buf *b, const char *s)
+{
+	buf_adds(b, b->len > 1 ? ",\"" : "\"");
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			buf_add(b, "\\", 1);
+		buf_add(b, s, 1);
+	}
+	buf_adds(b, "\"");
+}
+
+static void iso_time(int64_t ms, char *out, size_t outlen)
+{
+	time_t sec = (time_t)(ms / 1000);
+	struct tm tm;
+	char base[32];
+
+	gmtime_r(&sec, &tm);
+	strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out, outlen, "%s.%03dZ", base, (int)(ms % 1000));
+}
+
+static void timer_add_ms(struct event *ev, int64_t ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	evtimer_add(ev, &tv);
+}
+
+static char *dump(const json_t *v)
+{
+	char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+
+	if (!s)
+		abort();
+	return s;
+}
+
+/* ---- jobs ---- */
+
+static void job_unref(struct job *job)
+{
+	if (--job->refs > 0)
+		return;
+	if (job->start_ev)
+		event_free(job->start_ev);
+	if (job->retry_ev)
+		event_free(job->retry_ev);
+	for (int i = 0; i < job->nparams; i++)
+		free(job->params[i]);
+	free(job->run_id);
+	free(job->step_id);
+	free(job);
+}
+
+static void lease_check_done(struct lease *l)
+{
+	if ((l->draining || l->stopping) && !l->njobs && !l->done_called) {
+		l->done_called = true;
+		if (l->drain_ev)
+			event_del(l->drain_ev);
+		if (l->stop_ev)
+			event_del(l->stop_ev);
+		log_info("no step left, stopping");
+		if (l->opts.done)
+			l->opts.done(l->opts.done_arg);
+	}
+}
+
+/* Takes the job off the list; it is freed once no query refers to it. */
+static void job_remove(struct job *job)
+{
+	struct lease *l = job->l;
+
+	if (job->prev)
+		job->prev->next = job->next;
+	else
+		l->jobs = job->next;
+	if (job->next)
+		job->next->prev = job->prev;
+	job->prev = job->next = NULL;
+	if (job->start_ev)
+		event_del(job->start_ev);
+	if (job->retry_ev)
+		event_del(job->retry_ev);
+	l->njobs--;
+	job_unref(job);
+	lease_check_done(l);
+}
+
+static struct job *job_find(struct lease *l, const char *run_id, const char *step_id)
+{
+	for (struct job *job = l->jobs; job; job = job->next)
+		if (!strcmp(job->run_id, run_id) && !strcmp(job->step_id, step_id))
+			return job;
+	return NULL;
+}
+
+/* The step is no longer ours (cancelled, reaped or taken over). */
+static void job_fence(struct job *job, const char *why)
+{
+	if (job->fenced)
+		return;
+	job->fenced = true;
+	log_info("step \"%s\" of run %s is no longer leased to this worker (%s): dropping it",
+		 job->step_id, job->run_id, why);
+	if (job->ex_job)
+		executor_kill(job->ex_job, "fenced", false);
+	else if (job->report == REPORT_NONE)
+		job_remove(job);
+}
+
+static void start_result(PGresult *res, void *arg)
+{
+	struct job *job = arg;
+
+	if (res && !pgq_ok(res)) {
+		if (!strcmp(pgq_sqlstate(res), CAIRN_SQLSTATE_FENCED))
+			job_fence(job, "start refused");
+		else
+			log_warn("could not record the start of step \"%s\" of run %s: %s",
+				 job->step_id, job->run_id, pgq_errmsg(res));
+	}
+	job_unref(job);
+}
+
+/* A step still running LEASE_START_DELAY_MS after spawn is recorded as
+ * started; shorter steps let complete/fail record it. */
+static void start_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct job *job = arg;
+	struct lease *l = job->l;
+	char pid[16], *info_s;
+	const char *params[4];
+	json_t *info;
+
+	if (!job->ex_job || job->fenced)
+		return;
+	snprintf(pid, sizeof(pid), "%d", (int)executor_job_pid(job->ex_job));
+	info = json_pack("{s:s, s:i}", "worker", l->opts.name, "pid", (json_int_t)executor_job_pid(job->ex_job));
+	info_s = dump(info);
+	params[0] = job->run_id;
+	params[1] = job->step_id;
+	params[2] = job->epoch;
+	params[3] = info_s;
+	job->start_sent = true;
+	job->refs++;
+	pgq_exec(l->db, sql_start, 4, params, start_result, job);
+	free(info_s);
+	json_decref(info);
+}
+
+static void report_result(PGresult *res, void *arg)
+{
+	struct job *job = arg;
+	struct lease *l = job->l;
+	const char *what = job->report == REPORT_COMPLETE ? "success" : "failure";
+
+	if (!job->prev && !job->next && l->jobs != job) {
+		job_unref(job); /* already removed */
+		return;
+	}
+	if (!res) {
+		if (++job->tries < LEASE_REPORT_TRIES) {
+			log_warn("lost the database while reporting step \"%s\" of run %s, retrying",
+				 job->step_id, job->run_id);
+			timer_add_ms(job->retry_ev, LEASE_REPORT_RETRY_MS);
+			job_unref(job);
+			return;
+		}
+		log_error("gave up reporting the %s of step \"%s\" of run %s",
+			  what, job->step_id, job->run_id);
+	} else if (pgq_ok(res)) {
+		log_debug("reported the %s of step \"%s\" of run %s", what, job->step_id, job->run_id);
+	} else if (!strcmp(pgq_sqlstate(res), CAIRN_SQLSTATE_FENCED)) {
+		log_info("the %s of step \"%s\" of run %s was refused: a newer attempt owns the step",
+			 what, job->step_id, job->run_id);
+	} else if (job->report == REPORT_COMPLETE) {
+		/* The store refused the result itself: fail the step with why. */
+		json_t *err = json_pack("{s:s, s:s+, s:b}", "reason", "report_error",
+					"message", "could not record the result: ", pgq_errmsg(res),
+					"retryable", 1);
+
+		log_warn("could not report the success of step \"%s\" of run %s: %s",
+			 job->step_id, job->run_id, pgq_errmsg(res));
+		free(job->params[3]);
+		free(job->params[4]);
+		job->params[3] = dump(err);
+		job->params[4] = job->params[5];
+		job->params[5] = NULL;
+		job->nparams = 5;
+		job->report = REPORT_FAIL;
+		json_decref(err);
+		job_report_send(job);
+		job_unref(job);
+		return;
+	} else {
+		log_error("could not report the failure of step \"%s\" of run %s: %s",
+			  job->step_id, job->run_id, pgq_errmsg(res));
+	}
+	job_remove(job);
+	job_unref(job);
+	lease_kick(l);
+}
+
+static void job_report_send(struct job *job)
+{
+	job->refs++;
+	pgq_exec(job->l->db, job->report == REPORT_COMPLETE ? sql_complete : sql_fail,
+		 job->nparams, (const char *const *)job->params, report_result, job);
+}
+
+static void retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	job_report_send(arg);
+}
+
+/* The executor is done with the step: report its outcome. */
+static void exec_done(struct exec_job *ej, const struct exec_result *res, void *arg)
+{
+	struct job *job = arg;
+	struct lease *l = job->l;
+	json_t *info;
+	char when[40];
+
+	job->ex_job = NULL;
+	l->executing--;
+	if (l->last_full || l->notified) {
+		l->notified = false;
+		lease_kick(l);
+	}
+	if (job->fenced) {
+		job_remove(job);
+		return;
+	}
+	iso_time(res->started_at_ms, when, sizeof(when));
+	info = json_pack("{s:s, s:I, s:O}", "started_at", when,
+			 "duration_ms", (json_int_t)res->duration_ms, "logs", res->logs);
+	if (res->exit_code >= 0)
+		json_object_set_new(info, "exit_code", json_integer(res->exit_code));
+	job->params[0] = xstrdup(job->run_id);
+	job->params[1] = xstrdup(job->step_id);
+	job->params[2] = xstrdup(job->epoch);
+	if (res->success) {
+		job->report = REPORT_COMPLETE;
+		job->params[3] = dump(res->output);
+		job->params[4] = dump(res->effects);
+		job->params[5] = dump(info);
+		job->nparams = 6;
+		log_debug("step \"%s\" of run %s succeeded", job->step_id, job->run_id);
+	} else {
+		json_t *err = json_pack("{s:s, s:s, s:b}", "reason", res->reason,
+					"message", res->message, "retryable", res->retryable);
+
+		if (res->exit_code >= 0)
+			json_object_set_new(err, "exit_code", json_integer(res->exit_code));
+		if (res->signo > 0)
+			json_object_set_new(err, "signal", json_integer(res->signo));
+		job->report = REPORT_FAIL;
+		job->params[3] = dump(err);
+		job->params[4] = dump(info);
+		job->nparams = 5;
+		json_decref(err);
+		log_info("step \"%s\" of run %s (attempt %d) failed: %s", job->step_id, job->run_id,
+			 job->attempt, res->message);
+	}
+	json_decref(info);
+	job_report_send(job);
+}
+
+/* Starts one claimed row. */
+static void job_start(struct lease *l, PGresult *res, int row)
+{
+	struct job *job = xcalloc(1, sizeof(*job));
+	struct exec_step step;
+	json_t *spec = NULL, *input = NULL, *needs = NULL, *done = NULL;
+	const char *reason;
+	bool retryable;
+	char err[512];
+
+	job->l = l;
+	job->refs = 1;
+	job->run_id = xstrdup(PQgetvalue(res, row, 0));
+	job->step_id = xstrdup(PQgetvalue(res, row, 1));
+	job->attempt = atoi(PQgetvalue(res, row, 2));
+	snprintf(job->epoch, sizeof(job->epoch), "%s", PQgetvalue(res, row, 3));
+	job->start_ev = evtimer_new(l->base, start_cb, job);
+	job->retry_ev = evtimer_new(l->base, retry_cb, job);
+	job->next = l->jobs;
+	if (l->jobs)
+		l->jobs->prev = job;
+	l->jobs = job;
+	l->njobs++;
+
+	spec = json_loads(PQgetvalue(res, row, 4), 0, NULL);
+	input = PQgetisnull(res, row, 5) ? json_null() : json_loads(PQgetvalue(res, row, 5), JSON_DECODE_ANY, NULL);
+	needs = PQgetisnull(res, row, 6) ? json_object() : json_loads(PQgetvalue(res, row, 6), 0, NULL);
+	done = PQgetisnull(res, row, 7) ? json_array() : json_loads(PQgetvalue(res, row, 7), 0, NULL);
+	memset(&step, 0, sizeof(step));
+	step.run_id = job->run_id;
+	step.step_id = job->step_id;
+	step.attempt = job->attempt;
+	step.spec = spec;
+	step.input = input;
+	step.needs_output = needs;
+	step.done_effects = done;
+	log_debug("starting step \"%s\" of run %s, attempt %d", job->step_id, job->run_id, job->attempt);
+	if (!spec || !input || !needs || !done) {
+		reason = "bad_spec";
+		retryable = false;
+		snprintf(err, sizeof(err), "the claimed step could not be decoded");
+		job->ex_job = NULL;
+	} else {
+		job->ex_job = executor_start(l->ex, &step, exec_done, job, &reason, &retryable,
+					     err, sizeof(err));
+	}
+	if (job->ex_job) {
+		l->executing++;
+		timer_add_ms(job->start_ev, LEASE_START_DELAY_MS);
+	} else {
+		/* Report the failure as if the step had run and failed. */
+		struct exec_result r;
+
+		memset(&r, 0, sizeof(r));
+		r.reason = reason;
+		r.retryable = retryable;
+		r.exit_code = -1;
+		r.started_at_ms = wall_ms();
+		r.logs = json_array();
+		snprintf(r.message, sizeof(r.message), "%s", err);
+		l->executing++;
+		job->ex_job = NULL;
+		exec_done(NULL, &r, job);
+		json_decref(r.logs);
+	}
+	json_decref(spec);
+	json_decref(input);
+	json_decref(needs);
+	json_decref(done);
+}
+
+/* ---- claiming ---- */
+
+static int lease_capacity(const struct lease *l)
+{
+	return l->opts.concurrency - l->executing;
+}
+
+static void claim_result(PGresult *res, void *arg)
+{
+	struct lease *l = arg;
+	int n = 0, max = l->claiming;
+
+	if (!res) {
+		log_warn("lost the database while claiming steps");
+	} else if (!pgq_ok(res)) {
+		log_warn("could not claim steps: %s", pgq_errmsg(res));
+	} else {
+		n = PQntuples(res);
+		for (int i = 0; i < n; i++)
+			job_start(l, res, i);
+	}
+	l->claiming = 0;
+	l->last_full = n > 0 && n >= max;
+	if (l->last_full || l->want_claim) {
+		l->want_claim = false;
+		lease_kick(l);
+	}
+}
+
+/* Claims as many steps as there is room for, unless a claim is running. */
+static void lease_kick(struct lease *l)
+{
+	char max[16], lease_ms[24];
+	const char *params[4];
+	int room;
+
+	if (!l->started || l->draining || l->stopping)
+		return;
+	if (l->claiming) {
+		l->want_claim = true;
+		return;
+	}
+	room = lease_capacity(l);
+	if (room <= 0)
+		return;
+	snprintf(max, sizeof(max), "%d", room);
+	snprintf(lease_ms, sizeof(lease_ms), "%lld", (long long)l->opts.lease_ms);
+	params[0] = l->opts.name;
+	params[1] = l->queues_lit;
+	params[2] = max;
+	params[3] = lease_ms;
+	l->claiming = room;
+	pgq_exec(l->db, sql_claim, 4, params, claim_result, l);
+}
+
+static void poll_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lease *l = arg;
+	int64_t p = l->opts.poll_ms;
+	int64_t jitter = p / 5;
+
+	lease_kick(l);
+	if (!l->draining && !l->stopping)
+		timer_add_ms(l->poll_ev, p - jitter + (jitter ? random() % (2 * jitter + 1) : 0));
+}
+
+static void notify_cb(const char *channel, const char *payload, void *arg)
+{
+	struct lease *l = arg;
+	bool ours = false;
+
+	for (const char *const *q = l->opts.queues; *q; q++)
+		if (!strcmp(*q, payload))
+			ours = true;
+	if (!ours)
+		return;
+	if (lease_capacity(l) > 0)
+		lease_kick(l);
+	else
+		l->notified = true;
+}
+
+static void listen_connected(struct pgq *q, void *arg)
+{
+	/* Notifications may have been missed while disconnected. */
+	lease_kick(arg);
+}
+
+/* ---- heartbeats ---- */
+
+static void hb_result(PGresult *res, void *arg)
+{
+	struct lease *l = arg;
+
+	l->hb_inflight = false;
+	if (!res) {
+		log_warn("lost the database while renewing leases");
+		return;
+	}
+	if (!pgq_ok(res)) {
+		log_warn("could not renew leases: %s", pgq_errmsg(res));
+		return;
+	}
+	for (int i = 0; i < PQntuples(res); i++) {
+		struct job *job = job_find(l, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+
+		if (job)
+			job_fence(job, "lease lost");
+	}
+}
+
+static void hb_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lease *l = arg;
+	struct buf runs = BUF_INIT, steps = BUF_INIT, epochs = BUF_INIT;
+	char lease_ms[24];
+	const char *params[5];
+	int n = 0;
+
+	timer_add_ms(l->hb_ev, l->opts.lease_ms / 3 > 0 ? l->opts.lease_ms / 3 : 1);
+	if (l->hb_inflight)
+		return;
+	buf_adds(&runs, "{");
+	buf_adds(&steps, "{");
+	buf_adds(&epochs, "{");
+	for (struct job *job = l->jobs; job; job = job->next) {
+		if (job->fenced)
+			continue;
+		array_add(&runs, job->run_id);
+		array_add(&steps, job->step_id);
+		array_add(&epochs, job->epoch);
+		n++;
+	}
+	buf_adds(&runs, "}");
+	buf_adds(&steps, "}");
+	buf_adds(&epochs, "}");
+	if (n) {
+		snprintf(lease_ms, sizeof(lease_ms), "%lld", (long long)l->opts.lease_ms);
+		params[0] = l->opts.name;
+		params[1] = runs.data;
+		params[2] = steps.data;
+		params[3] = epochs.data;
+		params[4] = lease_ms;
+		l->hb_inflight = true;
+		pgq_exec(l->db, sql_heartbeat, 5, params, hb_result, l);
+	}
+	buf_release(&runs);
+	buf_release(&steps);
+	buf_release(&epochs);
+}
+
+/* ---- life cycle ---- */
+
+static void stop_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lease *l = arg;
+
+	if (l->done_called)
+		return;
+	log_warn("%d step(s) could not be reported in time, stopping anyway", l->njobs);
+	l->done_called = true;
+	if (l->opts.done)
+		l->opts.done(l->opts.done_arg);
+}
+
+static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lease *l = arg;
+
+	log_warn("drain timeout: stopping %d running step(s)", l->executing);
+	lease_stop(l);
+}
+
+struct lease *lease_new(struct event_base *base, struct pgq *db, struct pgq *listen_db,
+			struct executor *ex, const struct lease_opts *opts)
+{
+	struct lease *l = xcalloc(1, sizeof(*l));
+	struct buf q = BUF_INIT;
+
+	l->base = base;
+	l->db = db;
+	l->listen_db = listen_db;
+	l->ex = ex;
+	l->opts = *opts;
+	if (l->opts.concurrency < 1)
+		l->opts.concurrency = 1;
+	if (l->opts.lease_ms < 300)
+		l->opts.lease_ms = 300;
+	if (l->opts.poll_ms <= 0)
+		l->opts.poll_ms = 1000;
+	buf_adds(&q, "{");
+	for (const char *const *s = opts->queues; *s; s++)
+		array_add(&q, *s);
+	buf_adds(&q, "}");
+	l->queues_lit = buf_detach(&q);
+	l->poll_ev = evtimer_new(base, poll_cb, l);
+	l->hb_ev = evtimer_new(base, hb_cb, l);
+	l->drain_ev = evtimer_new(base, drain_timeout_cb, l);
+	l->stop_ev = evtimer_new(base, stop_deadline_cb, l);
+	return l;
+}
+
+void lease_start(struct lease *l)
+{
+	l->started = true;
+	pgq_on_connect(l->listen_db, listen_connected, l);
+	pgq_listen(l->listen_db, "cairn_ready", notify_cb, l);
+	timer_add_ms(l->hb_ev, l->opts.lease_ms / 3 > 0 ? l->opts.lease_ms / 3 : 1);
+	poll_cb(-1, 0, l);
+}
+
+void lease_drain(struct lease *l)
+{
+	if (l->draining || l->stopping)
+		return;
+	l->draining = true;
+	event_del(l->poll_ev);
+	log_info("draining: no new steps, waiting for %d running step(s)", l->njobs);
+	timer_add_ms(l->drain_ev, l->opts.drain_timeout_ms);
+	lease_check_done(l);
+}
+
+void lease_stop(struct lease *l)
+{
+	if (l->stopping)
+		return;
+	l->stopping = true;
+	event_del(l->poll_ev);
+	event_del(l->drain_ev);
+	for (struct job *job = l->jobs; job; job = job->next)
+		if (job->ex_job)
+			executor_kill(job->ex_job, "worker_shutdown", true);
+	timer_add_ms(l->stop_ev, LEASE_STOP_GRACE_MS);
+	lease_check_done(l);
+}
+
+int lease_jobs(const struct lease *l)
+{
+	return l->njobs;
+}
+
+void lease_free(struct lease *l)
+{
+	if (!l)
+		return;
+	while (l->jobs) {
+		struct job *job = l->jobs;
+
+		l->jobs = job->next;
+		job->prev = job->next = NULL;
+		job_unref(job);
+	}
+	event_free(l->poll_ev);
+	event_free(l->hb_ev);
+	event_free(l->drain_ev);
+	event_free(l->stop_ev);
+	free(l->queues_lit);
+	free(l);
+}
