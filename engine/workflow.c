@@ -111,18 +111,30 @@ static bool name_ok(const char *s, size_t len, size_t max, const char *extra)
 	return true;
 }
 
+/* Formats a JSON path into out (PATHLEN bytes); a longer one is cut. */
+static void pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void pathf(char *out, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(out, PATHLEN, fmt, ap);
+	va_end(ap);
+}
+
 /* Appends ".key" (or ["key"] when key is not a plain word) to base. */
 static void path_key(char *out, const char *base, const char *key)
 {
 	if (name_ok(key, strlen(key), 64, "_"))
-		snprintf(out, PATHLEN, "%s.%s", base, key);
+		pathf(out, "%s.%s", base, key);
 	else
-		snprintf(out, PATHLEN, "%s[\"%s\"]", base, q(key).s);
+		pathf(out, "%s[\"%s\"]", base, q(key).s);
 }
 
 static void path_idx(char *out, const char *base, size_t i)
 {
-	snprintf(out, PATHLEN, "%s[%zu]", base, i);
+	pathf(out, "%s[%zu]", base, i);
 }
 
 static const char *type_name(const json_t *v)
@@ -1252,7 +1264,7 @@ static void find_cycles(struct ctx *c, json_t *steps, const char *spath, const s
 						json_array_get(steps, stack[k]), "id")));
 				}
 				buf_adds(&b, json_string_value(json_object_get(json_array_get(steps, v), "id")));
-				snprintf(p, sizeof(p), "%s[%zu].needs", spath, v);
+				pathf(p, "%s[%zu].needs", spath, v);
 				err_at(c, p, "dependency cycle: %s", b.data);
 				buf_release(&b);
 			}

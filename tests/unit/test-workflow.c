@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tap.h"
+#include "../tap.h"
 
 #ifndef CAIRN_SRCDIR
 #define CAIRN_SRCDIR "."
