@@ -33,10 +33,11 @@ static void run_path(struct buf *b, const char *run_id, const char *suffix)
 /* Appends a one-line summary of an event payload: the fields people look for. */
 static void payload_summary(struct buf *b, const json_t *payload)
 {
-	static const char *const keys[] = { "message", "reason", "prompt", "actor", "comment",
-					    "name", "exit_code", "signal", "worker", "delay_ms",
-					    "ready_at", "wake_at" };
+	static const char *const keys[] = { "workflow", "message", "reason", "prompt", "actor",
+					    "comment", "name", "exit_code", "signal", "worker",
+					    "delay_ms", "wake_at" };
 	const json_t *err = json_object_get(payload, "error");
+	const json_t *output = json_object_get(payload, "output");
 	size_t start = b->len;
 
 	if (json_is_object(err)) {
@@ -66,13 +67,21 @@ static void payload_summary(struct buf *b, const json_t *payload)
 		else
 			buf_addf(b, "%s=%s", keys[i], json_is_true(v) ? "true" : "false");
 	}
-	if (b->len - start > 200) {
-		b->len = start + 197;
+	if (output && !json_is_null(output)) {
+		char *s = json_dumps(output, JSON_COMPACT | JSON_ENCODE_ANY);
+
+		if (s) {
+			buf_addf(b, "%soutput=%s", b->len > start ? ", " : "", s);
+			free(s);
+		}
+	}
+	if (b->len - start > 160) {
+		b->len = start + 157;
 		b->data[b->len] = '\0';
 		buf_adds(b, "...");
 	}
 	for (size_t i = start; i < b->len; i++)
-		if (b->data[i] == '\n' || b->data[i] == '\r')
+		if (b->data[i] == '\n' || b->data[i] == '\r' || b->data[i] == '\t')
 			b->data[i] = ' ';
 }
 

@@ -149,3 +149,43 @@ cairn_stack_logs() {
 		tail -n 60 "$f" | sed 's/^/# /'
 	done
 }
+
+# TAP for shell tests: tap_ok STATUS DESC (STATUS 0 passes: `cmd; tap_ok $? "it works"`),
+# tap_is GOT WANT DESC, tap_like GOT ERE DESC, tap_diag MSG, tap_skip_all WHY,
+# tap_bail WHY, and tap_done at the end (prints the plan, returns the exit status).
+TAP_N=0
+TAP_FAILED=0
+tap_ok() {
+	TAP_N=$((TAP_N + 1))
+	if [ "$1" -eq 0 ]; then
+		echo "ok $TAP_N - $2"
+	else
+		echo "not ok $TAP_N - $2"
+		TAP_FAILED=$((TAP_FAILED + 1))
+	fi
+}
+tap_is() {
+	if [ "$1" = "$2" ]; then
+		tap_ok 0 "$3"
+	else
+		tap_ok 1 "$3"
+		echo "#   got:      '$1'"
+		echo "#   expected: '$2'"
+	fi
+}
+tap_like() {
+	if printf '%s' "$1" | grep -Eq -- "$2"; then
+		tap_ok 0 "$3"
+	else
+		tap_ok 1 "$3"
+		printf '%s\n' "$1" | head -n 20 | sed 's/^/#   got: /'
+		echo "#   expected to match: $2"
+	fi
+}
+tap_diag() { printf '%s\n' "$*" | sed 's/^/# /'; }
+tap_skip_all() { echo "1..0 # SKIP $*"; exit 0; }
+tap_bail() { echo "Bail out! $*"; exit 1; }
+tap_done() {
+	echo "1..$TAP_N"
+	[ "$TAP_FAILED" -eq 0 ]
+}
