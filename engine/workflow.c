@@ -31,6 +31,10 @@
 #define ID_CHARS "_-"
 #define NAME_CHARS "_.-"
 #define KEY_CHARS "_.:-"
+/* Decimal digits and unit letters only: strtod inside the parsers would
+ * also take hexadecimal and exponent forms ("0x10s", "1e3"). */
+#define DURATION_CHARS "0123456789.msdh"
+#define SIZE_CHARS "0123456789.kKmMgGtTiBb"
 
 struct ctx {
 	json_t *errors;
@@ -236,7 +240,8 @@ static int get_duration(struct ctx *c, const json_t *v, const char *path, int64_
 	if (json_is_string(v)) {
 		const char *s = json_string_value(v);
 
-		if (strlen(s) != json_string_length(v) || duration_parse(s, &ms) < 0) {
+		if (strlen(s) != json_string_length(v) || strspn(s, DURATION_CHARS) != strlen(s) ||
+		    duration_parse(s, &ms) < 0) {
 			err_at(c, path, "invalid duration \"%s\": use e.g. \"250ms\", \"30s\", \"10m\", \"1h30m\"",
 			       q(s).s);
 			return -1;
@@ -276,7 +281,8 @@ static int get_size(struct ctx *c, const json_t *v, const char *path, int64_t *o
 	if (json_is_string(v)) {
 		const char *s = json_string_value(v);
 
-		if (strlen(s) != json_string_length(v) || size_parse(s, &n) < 0) {
+		if (strlen(s) != json_string_length(v) || strspn(s, SIZE_CHARS) != strlen(s) ||
+		    size_parse(s, &n) < 0) {
 			err_at(c, path, "invalid size \"%s\": use e.g. \"64k\", \"512M\", \"2G\"", q(s).s);
 			return -1;
 		}

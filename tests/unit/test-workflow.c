@@ -417,6 +417,14 @@ static void test_step_errors(void)
 		"must be a duration", "timeout type");
 	refused("{'name': 'w', 'steps': [{'id': 'a', 'sleep': 'forever'}]}", "$.steps[0].sleep", "invalid duration",
 		"bad sleep");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'sleep': '0x10s'}]}", "$.steps[0].sleep", "invalid duration",
+		"hexadecimal duration");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'sleep': '1e3'}]}", "$.steps[0].sleep", "invalid duration",
+		"duration with an exponent");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'memory': '0x100000'}}]}",
+		"$.steps[0].sandbox.memory", "invalid size", "hexadecimal size");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'memory': '1e9'}}]}",
+		"$.steps[0].sandbox.memory", "invalid size", "size with an exponent");
 	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'retry': {'initial': '-1s'}}]}",
 		"$.steps[0].retry.initial", "invalid duration", "bad retry.initial");
 	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'retry': {'max': '1 m'}}]}",
