@@ -1,1 +1,15 @@
 # tests/: checkpoint
+check_PROGRAMS += tests/unit/test-checkpoint
+tests_unit_test_checkpoint_SOURCES = tests/unit/test-checkpoint.c
+tests_unit_test_checkpoint_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker
+tests_unit_test_checkpoint_LDADD = $(TAP_LIBS) $(WORKER_LIBS) $(CAIRN_LIBS)
+TESTS += tests/unit/test-checkpoint
+
+# The checkpoint benchmark (not a test): built by `make check`, run by hand.
+check_PROGRAMS += tools/bench-checkpoint
+tools_bench_checkpoint_SOURCES = tools/bench-checkpoint.c
+tools_bench_checkpoint_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker
+tools_bench_checkpoint_LDADD = $(WORKER_LIBS) $(CAIRN_LIBS)
+
+# libFuzzer harness, built by hand (see the file's first comment).
+EXTRA_DIST += tests/fuzz/fuzz-checkpoint.c
