@@ -27,7 +27,10 @@
  * Option "max-body" is set by --max-body N, --max-body=N or the environment
  * variable CAIRN_MAX_BODY; the flag wins over the environment, which wins
  * over the default. A CONFIG_BOOL flag takes no value (--no-auth); its
- * variable accepts 1/0, true/false, yes/no, on/off. */
+ * variable accepts 1/0, true/false, yes/no, on/off.
+ *
+ * Outside engine/, include it as "../engine/config.h": a bare "config.h"
+ * finds autoconf's header first. */
 #ifndef CAIRN_CONFIG_H
 #define CAIRN_CONFIG_H
 

@@ -1,1 +1,11 @@
-# tests/: engine
+# tests/: engine — cairnd over real HTTP against a throwaway cluster, and
+# the config table parser.
+TESTS += \
+	tests/integration/api-submit.test \
+	tests/integration/api-runs.test \
+	tests/integration/api-flow.test \
+	tests/unit/test-config
+
+check_PROGRAMS += tests/unit/test-config
+tests_unit_test_config_SOURCES = tests/unit/test-config.c
+tests_unit_test_config_LDADD = $(TAP_LIBS) $(CAIRN_LIBS)
