@@ -1,1 +1,8 @@
-# tests/: cli
+# tests/: cli: the cairn CLI and end-to-end runs through it, on real stacks.
+TESTS += \
+	tests/integration/cli-submit.test \
+	tests/integration/cli-dev.test \
+	tests/integration/e2e-dag.test \
+	tests/integration/e2e-approval.test \
+	tests/integration/e2e-sleep-cancel.test \
+	tests/integration/e2e-idempotency.test

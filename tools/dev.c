@@ -173,6 +173,32 @@ static int choose_pg_user(struct dev *d, bool quiet)
 	return 0;
 }
 
+/* Checks that the PostgreSQL user can reach d->dir (every parent folder
+ * must be searchable by it), so that initdb does not fail obscurely. */
+static int check_reachable(const struct dev *d)
+{
+	pid_t pid;
+	int status;
+
+	if (!d->drop)
+		return 0;
+	pid = fork();
+	if (pid < 0)
+		return fail(-1, "could not fork: %s", strerror(errno));
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(d->gid) < 0 || setuid(d->uid) < 0)
+			_exit(2);
+		_exit(access(d->dir, X_OK) == 0 ? 0 : 1);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return fail(-1, "could not wait for a child: %s", strerror(errno));
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	return fail(-1, "user \"%s\" cannot reach \"%s\": make its parent folders searchable "
+			"(chmod o+x) or choose another --dir", d->user, d->dir);
+}
+
 /* Makes dir (mode) owned by the PostgreSQL user. */
 static int make_pg_dir(const struct dev *d, const char *path, mode_t mode)
 {
@@ -685,7 +711,8 @@ int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		snprintf(d.dsn, sizeof(d.dsn), "%s", ext);
 		printf("%-9s using CAIRN_DATABASE_URL (no private cluster)\n", "postgres");
 	} else {
-		if (find_pg_bindir(&d) < 0 || choose_pg_user(&d, false) < 0)
+		if (find_pg_bindir(&d) < 0 || choose_pg_user(&d, false) < 0 ||
+		    check_reachable(&d) < 0)
 			goto out;
 		if (!cluster_exists(&d)) {
 			if (make_pg_dir(&d, d.sockdir, 0700) < 0 || cluster_init(&d) < 0)
@@ -762,13 +789,20 @@ int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 	if (write_env(&d, url, token) < 0)
 		goto out;
 
-	printf("\ncairn is up at %s\n"
-	       "  the cairn CLI reads %s/env by itself (in that folder's parent or below);\n"
-	       "  elsewhere:  . %s/env && export CAIRN_URL CAIRN_TOKEN\n"
-	       "  SQL:        psql '%s'\n"
-	       "  stop:       cairn dev down%s%s\n",
-	       url, d.dir, d.dir, d.dsn, strcmp(dir, ".cairn") ? " --dir " : "",
-	       strcmp(dir, ".cairn") ? dir : "");
+	{
+		const char *base = strrchr(d.dir, '/');
+		bool found = base && strcmp(base, "/.cairn") == 0;
+
+		printf("\ncairn is up at %s\n", url);
+		if (found)
+			printf("  cairn commands run in %.*s or below find it through %s/env\n",
+			       (int)(base - d.dir), d.dir, d.dir);
+		printf("  %s  set -a; . %s/env; set +a\n", found ? "elsewhere:" : "to use it:",
+		       d.dir);
+		printf("  SQL:        psql '%s'\n", d.dsn);
+		printf("  stop:       cairn dev down%s%s\n", strcmp(dir, ".cairn") ? " --dir " : "",
+		       strcmp(dir, ".cairn") ? dir : "");
+	}
 	ret = EXIT_OK;
 out:
 	PQfinish(conn);
