@@ -605,13 +605,16 @@ static json_t *norm_syscalls(struct ctx *c, json_t *v, const char *path)
 
 static json_t *norm_seccomp(struct ctx *c, json_t *v, const char *path)
 {
-	static const char *const keys[] = { "allow", "deny", NULL };
+	static const char *const keys[] = { "deny", "enosys", "kill", NULL };
 	char p[PATHLEN];
 	json_t *out, *f;
 
 	if (!want_type(c, v, JSON_OBJECT, "an object", path))
 		return NULL;
-	check_keys(c, v, path, keys);
+	if (json_object_get(v, "allow"))
+		err_at(c, path, "a step may only add refusals (\"deny\", \"enosys\", \"kill\"), not \"allow\"");
+	else
+		check_keys(c, v, path, keys);
 	out = json_object();
 	for (int i = 0; keys[i]; i++) {
 		if (!(f = json_object_get(v, keys[i])))
@@ -622,79 +625,121 @@ static json_t *norm_seccomp(struct ctx *c, json_t *v, const char *path)
 	return out;
 }
 
+enum sb_type { SB_NETWORK, SB_SIZE, SB_INT, SB_CPU, SB_DURATION, SB_PATH, SB_MOUNTS, SB_SECCOMP,
+	       SB_OUTPUT_CAP, SB_BOOL };
+
+/* Sandbox settings: the name written, the normalized name, and limits
+ * (those of the worker's sandbox, so what passes here runs there). */
+static const struct sb_key {
+	const char *in, *out;
+	enum sb_type type;
+	int64_t min, max;
+} sb_keys[] = {
+	{ "network", "network", SB_NETWORK, 0, 0 },
+	{ "memory", "memory", SB_SIZE, 4 << 20, 0 },
+	{ "pids", "pids", SB_INT, 2, 1000000 },
+	{ "cpu", "cpu", SB_CPU, 0, 0 },
+	{ "timeout", "timeout_ms", SB_DURATION, 1, 0 },
+	{ "rootfs", "rootfs", SB_PATH, 0, 0 },
+	{ "mounts", "mounts", SB_MOUNTS, 0, 0 },
+	{ "seccomp", "seccomp", SB_SECCOMP, 0, 0 },
+	{ "output_limit", "output", SB_SIZE, 1024, 0 },
+	{ "output", "output", SB_SIZE, 1024, 0 },
+	{ "on_output_cap", "on_output_cap", SB_OUTPUT_CAP, 0, 0 },
+	{ "file_size", "file_size", SB_SIZE, 4096, 0 },
+	{ "tmp_size", "tmp_size", SB_SIZE, 1 << 20, 0 },
+	{ "nofile", "open_files", SB_INT, 16, 1 << 20 },
+	{ "open_files", "open_files", SB_INT, 16, 1 << 20 },
+	{ "cpu_time", "cpu_time_ms", SB_DURATION, 1000, 0 },
+	{ "kill_grace", "kill_grace_ms", SB_DURATION, 0, 0 },
+	{ "unix_sockets", "unix_sockets", SB_BOOL, 0, 0 },
+};
+
+static json_t *norm_sb_value(struct ctx *c, const struct sb_key *k, json_t *f, const char *p)
+{
+	int64_t n;
+	bool b;
+
+	switch (k->type) {
+	case SB_NETWORK:
+		return norm_network(c, f, p);
+	case SB_SIZE:
+		if (get_size(c, f, p, &n) < 0)
+			return NULL;
+		if (n < k->min) {
+			if (k->min % (1 << 20) == 0)
+				err_at(c, p, "size must be at least %" PRId64 "M", k->min >> 20);
+			else
+				err_at(c, p, "size must be at least %" PRId64 " bytes", k->min);
+			return NULL;
+		}
+		return json_integer(n);
+	case SB_INT:
+		return get_int(c, f, p, k->min, k->max, &n) == 0 ? json_integer(n) : NULL;
+	case SB_CPU:
+		if (!json_is_number(f)) {
+			err_at(c, p, "must be a number of CPUs, not %s", type_name(f));
+			return NULL;
+		}
+		if (!isfinite(json_number_value(f)) || json_number_value(f) < 0.01 ||
+		    json_number_value(f) > 1024) {
+			err_at(c, p, "must be a number of CPUs from 0.01 to 1024");
+			return NULL;
+		}
+		return json_real(json_number_value(f));
+	case SB_DURATION:
+		return get_duration(c, f, p, k->min, &n) == 0 ? json_integer(n) : NULL;
+	case SB_PATH:
+		return norm_path(c, f, p);
+	case SB_MOUNTS:
+		return norm_mounts(c, f, p);
+	case SB_SECCOMP:
+		return norm_seccomp(c, f, p);
+	case SB_OUTPUT_CAP: {
+		const char *s = get_str(c, f, p, 0, 64);
+
+		if (!s)
+			return NULL;
+		if (strcmp(s, "kill") && strcmp(s, "truncate")) {
+			err_at(c, p, "invalid on_output_cap \"%s\": use \"kill\" or \"truncate\"", q(s).s);
+			return NULL;
+		}
+		return json_string(s);
+	}
+	case SB_BOOL:
+		return get_bool(c, f, p, &b) == 0 ? json_boolean(b) : NULL;
+	}
+	return NULL;
+}
+
 /* Normalizes a sandbox object (see workflow.h for the keys it yields). */
 static json_t *norm_sandbox(struct ctx *c, json_t *v, const char *path)
 {
-	static const char *const keys[] = { "network", "memory", "pids", "cpu", "timeout", "rootfs",
-					     "mounts", "seccomp", "output_limit", "file_size", "nofile",
-					     NULL };
-	char p[PATHLEN];
+	const char *key;
 	json_t *out, *f;
-	int64_t n;
 
 	if (!want_type(c, v, JSON_OBJECT, "an object", path))
 		return json_object();
-	check_keys(c, v, path, keys);
 	out = json_object();
-	if ((f = json_object_get(v, "network"))) {
-		path_key(p, path, "network");
-		json_object_set_new(out, "network", norm_network(c, f, p));
-	}
-	if ((f = json_object_get(v, "memory"))) {
-		path_key(p, path, "memory");
-		if (get_size(c, f, p, &n) == 0)
-			json_object_set_new(out, "memory_bytes", json_integer(n));
-	}
-	if ((f = json_object_get(v, "pids"))) {
-		path_key(p, path, "pids");
-		if (get_int(c, f, p, 1, 1 << 22, &n) == 0)
-			json_object_set_new(out, "pids", json_integer(n));
-	}
-	if ((f = json_object_get(v, "cpu"))) {
-		double d;
+	json_object_foreach(v, key, f) {
+		const struct sb_key *k = NULL;
+		char p[PATHLEN];
+		json_t *val;
 
-		path_key(p, path, "cpu");
-		if (!json_is_number(f)) {
-			err_at(c, p, "must be a number of CPUs, not %s", type_name(f));
-		} else {
-			d = json_number_value(f);
-			if (!isfinite(d) || d < 0.01 || d > 1024)
-				err_at(c, p, "must be a number of CPUs from 0.01 to 1024");
-			else
-				json_object_set_new(out, "cpu", json_real(d));
+		path_key(p, path, key);
+		for (size_t i = 0; i < sizeof(sb_keys) / sizeof(sb_keys[0]) && !k; i++)
+			if (strcmp(key, sb_keys[i].in) == 0)
+				k = &sb_keys[i];
+		if (!k) {
+			err_at(c, p, "unknown key \"%s\"", q(key).s);
+			continue;
 		}
-	}
-	if ((f = json_object_get(v, "timeout"))) {
-		path_key(p, path, "timeout");
-		if (get_duration(c, f, p, 1, &n) == 0)
-			json_object_set_new(out, "timeout_ms", json_integer(n));
-	}
-	if ((f = json_object_get(v, "rootfs"))) {
-		path_key(p, path, "rootfs");
-		json_object_set_new(out, "rootfs", norm_path(c, f, p));
-	}
-	if ((f = json_object_get(v, "mounts"))) {
-		path_key(p, path, "mounts");
-		json_object_set_new(out, "mounts", norm_mounts(c, f, p));
-	}
-	if ((f = json_object_get(v, "seccomp"))) {
-		path_key(p, path, "seccomp");
-		json_object_set_new(out, "seccomp", norm_seccomp(c, f, p));
-	}
-	if ((f = json_object_get(v, "output_limit"))) {
-		path_key(p, path, "output_limit");
-		if (get_size(c, f, p, &n) == 0)
-			json_object_set_new(out, "output_limit_bytes", json_integer(n));
-	}
-	if ((f = json_object_get(v, "file_size"))) {
-		path_key(p, path, "file_size");
-		if (get_size(c, f, p, &n) == 0)
-			json_object_set_new(out, "file_size_bytes", json_integer(n));
-	}
-	if ((f = json_object_get(v, "nofile"))) {
-		path_key(p, path, "nofile");
-		if (get_int(c, f, p, 1, 1 << 20, &n) == 0)
-			json_object_set_new(out, "nofile", json_integer(n));
+		if (json_object_get(out, k->out)) {
+			err_at(c, p, "\"%s\" is given twice (under two names)", k->out);
+			continue;
+		}
+		if ((val = norm_sb_value(c, k, f, p)))
+			json_object_set_new(out, k->out, val);
 	}
 	return out;
 }
@@ -1189,6 +1234,12 @@ static json_t *norm_step(struct ctx *c, json_t *st, const char *path, size_t idx
 			s = norm_sandbox(c, f, p);
 			json_object_update(sandbox, s);
 			json_decref(s);
+		}
+		/* A sandbox timeout only ever shortens the step's. */
+		if ((f = json_object_get(sandbox, "timeout_ms"))) {
+			if (json_integer_value(f) < d.timeout_ms)
+				json_object_set_new(out, "timeout_ms", json_integer(json_integer_value(f)));
+			json_object_del(sandbox, "timeout_ms");
 		}
 		json_object_set_new(out, "sandbox", sandbox);
 

@@ -22,20 +22,27 @@
  * where <approval> is {prompt, timeout_ms (int or null), on_timeout
  * ("reject" | "approve" | "fail"), on_reject ("fail" | "skip"), quorum, show [step ids]}.
  *
- * Normalized sandbox keys (each present only when set, by the step or by
- * defaults.sandbox; the step's keys override the defaults' one by one):
- *   network            "none" | {"allow": ["host:port", ...]}
- *   memory_bytes       int, from "memory" (size: "512M", or bytes)
- *   pids               int, max processes
- *   cpu                number of CPUs (real, e.g. 0.5)
- *   timeout_ms         int, from "timeout" (duration)
- *   rootfs             absolute path
- *   mounts             [{"src": abs path, "dst": abs path, "rw": bool}]
- *   seccomp            {"allow": [syscall names], "deny": [syscall names]}
- *                      (each list present only when given)
- *   output_limit_bytes int, from "output_limit" (size)
- *   file_size_bytes    int, from "file_size" (size; RLIMIT_FSIZE)
- *   nofile             int (RLIMIT_NOFILE)
+ * Normalized sandbox keys: those the worker's sandbox reads (each present
+ * only when set, by the step or by defaults.sandbox; the step's keys
+ * override the defaults' one by one). Sizes are written "512M" or as bytes
+ * and normalize to integer bytes; durations normalize to integer ms.
+ *   network        "none" | {"allow": ["host:port", ...]}
+ *   memory         bytes (cgroup memory limit), at least 4M
+ *   pids           int 2..1000000 (cgroup pids limit)
+ *   cpu            number of CPUs (real, 0.01..1024)
+ *   rootfs         absolute path of the read-only root
+ *   mounts         [{"src": abs path, "dst": abs path, "rw": bool}]
+ *   seccomp        {"deny"|"enosys"|"kill": [syscall names]}: refusals added
+ *                  to the default policy (a step cannot allow anything)
+ *   output         bytes kept per stream, at least 1024 (also written "output_limit")
+ *   on_output_cap  "kill" | "truncate"
+ *   file_size      bytes (RLIMIT_FSIZE), at least 4096
+ *   tmp_size       bytes of the /tmp tmpfs, at least 1M
+ *   open_files     int 16..1048576 (RLIMIT_NOFILE; also written "nofile")
+ *   cpu_time_ms    RLIMIT_CPU, from "cpu_time" (at least 1s)
+ *   kill_grace_ms  SIGTERM to SIGKILL grace, from "kill_grace"
+ *   unix_sockets   bool
+ * A sandbox "timeout" is not kept: it lowers the step's timeout_ms.
  *
  * Durations are strings ("250ms", "2s", "1h30m") or plain numbers of
  * seconds; sizes are strings ("512M") or plain numbers of bytes. */

@@ -197,7 +197,7 @@ static void test_design_example(void)
 	ok(json_object_get(s, "env") == NULL, "approval step has no env");
 	s = step(n, 2);
 	is_str(gets(s, "sandbox", "network"), "none", "sandbox network");
-	is_int(geti(s, "sandbox", "memory_bytes"), 512LL << 20, "sandbox memory in bytes");
+	is_int(geti(s, "sandbox", "memory"), 512LL << 20, "sandbox memory in bytes");
 	is_int(geti(step(n, 3), "sleep_ms", NULL), 3600000, "sleep 1h");
 	is_int(geti(step(n, 4), "checkpoint", "every_ms"), 30000, "checkpoint every 30s");
 	json_decref(n);
@@ -223,9 +223,9 @@ static void test_normalized_forms(void)
 		   " 'limits': {'max_steps': 10, 'max_duration': '2h', 'max_attempts_total': 50},"
 		   " 'defaults': {'timeout': '30s', 'queue': 'gpu', 'priority': 5,"
 		   "   'retry': {'backoff': 'fixed', 'jitter': false, 'permanent_exit_codes': [3, 1, 3]},"
-		   "   'env': {'A': '1', 'B': '2'}, 'sandbox': {'memory': '1G', 'pids': 64}},"
+		   "   'env': {'A': '1', 'B': '2'}, 'sandbox': {'memory': '1G', 'pids': 64, 'timeout': '1h'}},"
 		   " 'steps': ["
-		   "  {'id': 'a', 'run': ['true'], 'env': {'B': 'x', 'C': '3'}, 'sandbox': {'memory': 1024, 'cpu': 0.5},"
+		   "  {'id': 'a', 'run': ['true'], 'env': {'B': 'x', 'C': '3'}, 'sandbox': {'memory': 8388608, 'cpu': 0.5, 'timeout': '10s'},"
 		   "   'retry': {'max_attempts': 7}, 'priority': -3, 'secrets': ['db-password'],"
 		   "   'approve': {'prompt': 'go?', 'quorum': 2, 'on_reject': 'skip'},"
 		   "   'concurrency': {'key': 'github-api', 'limit': 2}, 'rate': {'key': 'x', 'per_minute': 30}},"
@@ -243,7 +243,7 @@ static void test_normalized_forms(void)
 	ok(json_is_object(json_object_get(n, "defaults")), "defaults kept for added steps");
 	ok(json_is_array(json_object_get(json_object_get(n, "input"), "x")), "input kept");
 	s = step(n, 0);
-	is_int(geti(s, "timeout_ms", NULL), 30000, "defaults.timeout");
+	is_int(geti(step(n, 1), "timeout_ms", NULL), 30000, "defaults.timeout");
 	is_str(gets(s, "queue", NULL), "gpu", "defaults.queue");
 	is_int(geti(s, "priority", NULL), -3, "step priority overrides defaults");
 	is_int(geti(s, "retry", "max_attempts"), 7, "step retry field");
@@ -254,7 +254,9 @@ static void test_normalized_forms(void)
 	is_str(gets(s, "env", "A"), "1", "env from defaults");
 	is_str(gets(s, "env", "B"), "x", "step env overrides defaults");
 	is_str(gets(s, "env", "C"), "3", "step env");
-	is_int(geti(s, "sandbox", "memory_bytes"), 1024, "step sandbox overrides defaults");
+	is_int(geti(s, "sandbox", "memory"), 8 << 20, "step sandbox overrides defaults");
+	is_int(geti(s, "timeout_ms", NULL), 10000, "a shorter sandbox timeout lowers the step's");
+	ok(json_object_get(json_object_get(s, "sandbox"), "timeout_ms") == NULL, "sandbox timeout not kept");
 	is_int(geti(s, "sandbox", "pids"), 64, "defaults sandbox kept");
 	ok(json_real_value(json_object_get(json_object_get(s, "sandbox"), "cpu")) == 0.5, "cpu 0.5");
 	is_int(geti(s, "approve", "quorum"), 2, "approve gate quorum");
@@ -268,19 +270,30 @@ static void test_normalized_forms(void)
 	is_str(gets(step(n, 3), "approval", "on_timeout"), "approve", "approval on_timeout");
 	json_decref(n);
 
+	n = accept("{'name': 'w', 'defaults': {'sandbox': {'timeout': '1h'}}, 'steps': [{'id': 'a', 'run': 'x'}]}");
+	is_int(geti(step(n, 0), "timeout_ms", NULL), 600000, "a longer sandbox timeout changes nothing");
+	ok(json_object_size(json_object_get(step(n, 0), "sandbox")) == 0, "and is not kept");
+	json_decref(n);
+
 	n = accept("{'name': 'w', 'steps': [{'id': 'a', 'run': ['x'], 'sandbox': {"
 		   " 'network': {'allow': ['api.example.com:443', '[::1]:8080', '*.example.org:80']},"
 		   " 'timeout': '5m', 'rootfs': '/srv/root', 'mounts': [{'src': '/data', 'dst': '/mnt/data', 'rw': true}],"
-		   " 'seccomp': {'deny': ['ptrace'], 'allow': ['io_uring_setup']},"
-		   " 'output_limit': '1M', 'file_size': '10G', 'nofile': 1024}}]}");
+		   " 'seccomp': {'deny': ['ptrace'], 'enosys': ['io_uring_setup']}, 'on_output_cap': 'truncate',"
+		   " 'output_limit': '1M', 'file_size': '10G', 'nofile': 1024, 'tmp_size': '64M',"
+		   " 'cpu_time': '1m', 'kill_grace': '5s', 'unix_sockets': true}}]}");
 	s = json_object_get(step(n, 0), "sandbox");
 	ok(n && s, "full sandbox accepted");
 	is_int(json_array_size(json_object_get(json_object_get(s, "network"), "allow")), 3, "network allow list");
-	is_int(geti(s, "timeout_ms", NULL), 300000, "sandbox timeout_ms");
+	is_int(geti(step(n, 0), "timeout_ms", NULL), 300000, "sandbox timeout lowers the step timeout");
 	ok(json_is_true(json_object_get(json_array_get(json_object_get(s, "mounts"), 0), "rw")), "mount rw");
-	is_int(geti(s, "output_limit_bytes", NULL), 1 << 20, "output_limit_bytes");
-	is_int(geti(s, "file_size_bytes", NULL), 10LL << 30, "file_size_bytes");
-	is_int(geti(s, "nofile", NULL), 1024, "nofile");
+	is_int(geti(s, "output", NULL), 1 << 20, "output_limit becomes output, in bytes");
+	is_int(geti(s, "file_size", NULL), 10LL << 30, "file_size in bytes");
+	is_int(geti(s, "open_files", NULL), 1024, "nofile becomes open_files");
+	is_int(geti(s, "tmp_size", NULL), 64 << 20, "tmp_size in bytes");
+	is_int(geti(s, "cpu_time_ms", NULL), 60000, "cpu_time_ms");
+	is_int(geti(s, "kill_grace_ms", NULL), 5000, "kill_grace_ms");
+	ok(json_is_true(json_object_get(s, "unix_sockets")), "unix_sockets");
+	is_str(gets(s, "on_output_cap", NULL), "truncate", "on_output_cap");
 	is_str(json_string_value(json_array_get(json_object_get(json_object_get(s, "seccomp"), "deny"), 0)),
 	       "ptrace", "seccomp deny");
 	json_decref(n);
@@ -519,8 +532,16 @@ static void test_step_errors(void)
 		"$.steps[0].sandbox.cpu", "number of CPUs", "cpu type");
 	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'cpu': 0}}]}",
 		"$.steps[0].sandbox.cpu", "0.01", "cpu 0");
-	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'pids': -1}}]}",
-		"$.steps[0].sandbox.pids", "between", "pids");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'pids': 1}}]}",
+		"$.steps[0].sandbox.pids", "between 2", "pids");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'memory': '1M'}}]}",
+		"$.steps[0].sandbox.memory", "at least 4M", "memory below what the sandbox takes");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'seccomp': {'allow': ['ptrace']}}}]}",
+		"$.steps[0].sandbox.seccomp", "only add refusals", "seccomp allow from a step");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'output': '1M', 'output_limit': '2M'}}]}",
+		"$.steps[0].sandbox.output_limit", "twice", "one setting under two names");
+	refused("{'name': 'w', 'steps': [{'id': 'a', 'run': 'x', 'sandbox': {'on_output_cap': 'drop'}}]}",
+		"$.steps[0].sandbox.on_output_cap", "kill", "on_output_cap");
 
 	refused("{'name': 'w', 'steps': [{'id': 'a', 'approval': {'on_timeout': 'maybe'}}]}",
 		"$.steps[0].approval.on_timeout", "invalid on_timeout", "on_timeout");
