@@ -1,0 +1,32 @@
+/* sandbox_cgroup: one cgroup per sandbox for memory, pids and CPU limits,
+ * on cgroup v2 where the controllers are available, else on the v1
+ * hierarchies. Used by sandbox.c only. */
+#ifndef CAIRN_SANDBOX_CGROUP_H
+#define CAIRN_SANDBOX_CGROUP_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandbox.h"
+
+struct sandbox_cgroup_stats {
+	int64_t oom_kills;          /* processes killed by the memory limit */
+	int64_t pids_denied;        /* forks refused by the pids limit */
+	int64_t memory_peak;        /* bytes, -1 if unknown */
+};
+
+/* Which cgroup layout the host offers; -1 with a message if none. */
+int sandbox_cgroup_probe(char *err, size_t errlen);
+/* Creates the cgroup(s) with limits l. Returns new; caller frees with
+ * sandbox_cgroup_free. */
+int sandbox_cgroup_new(const struct sandbox_limits *l, struct sandbox_cgroup **out,
+		       char *err, size_t errlen);
+/* Moves pid into the cgroup(s). */
+int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen);
+/* SIGKILLs every process in the cgroup. */
+void sandbox_cgroup_kill(struct sandbox_cgroup *cg);
+void sandbox_cgroup_stats(struct sandbox_cgroup *cg, struct sandbox_cgroup_stats *st);
+/* Removes the cgroup(s) (killing what is left) and frees cg. */
+void sandbox_cgroup_free(struct sandbox_cgroup *cg);
+
+#endif
