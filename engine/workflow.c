@@ -1101,8 +1101,8 @@ struct graph {
 static json_t *norm_needs(struct ctx *c, json_t *v, const char *path, const char *self,
 			  struct graph *g, size_t idx)
 {
-	json_t *out, *item, *prev;
-	size_t i, j;
+	json_t *out, *item, *seen;
+	size_t i;
 
 	if (!want_type(c, v, JSON_ARRAY, "an array of step ids", path))
 		return json_array();
@@ -1111,26 +1111,25 @@ static json_t *norm_needs(struct ctx *c, json_t *v, const char *path, const char
 		return json_array();
 	}
 	out = json_array();
+	seen = json_object();
 	g->adj[idx] = xcalloc(json_array_size(v), sizeof(size_t));
 	json_array_foreach(v, i, item) {
 		char p[PATHLEN];
 		const char *s;
 		json_t *at;
-		bool dup = false;
 
 		path_idx(p, path, i);
 		if (!(s = get_name(c, item, p, 64, ID_CHARS, "step id")))
 			continue;
-		json_array_foreach(out, j, prev)
-			dup = dup || strcmp(json_string_value(prev), s) == 0;
 		if (self && strcmp(s, self) == 0) {
 			err_at(c, p, "step \"%s\" needs itself", q(s).s);
 			continue;
 		}
-		if (dup) {
+		if (json_object_get(seen, s)) {
 			err_at(c, p, "duplicate need \"%s\"", q(s).s);
 			continue;
 		}
+		json_object_set_new(seen, s, json_true());
 		if (!step_exists(c, s)) {
 			err_at(c, p, "unknown step \"%s\"", q(s).s);
 			continue;
@@ -1139,6 +1138,7 @@ static json_t *norm_needs(struct ctx *c, json_t *v, const char *path, const char
 		if ((at = json_object_get(c->ids, s)))
 			g->adj[idx][g->deg[idx]++] = (size_t)json_integer_value(at);
 	}
+	json_decref(seen);
 	return out;
 }
 
@@ -1274,9 +1274,9 @@ static json_t *norm_step(struct ctx *c, json_t *st, const char *path, size_t idx
 	return out;
 }
 
-/* Reports every dependency cycle found by a depth-first walk (one per back
- * edge). Edges only lead to steps with valid, unique ids, so every step on
- * a cycle has one. */
+/* Reports the dependency cycles found by a depth-first walk, one per step
+ * that closes a cycle. Edges only lead to steps with valid, unique ids, so
+ * every step on a cycle has one. */
 static void find_cycles(struct ctx *c, json_t *steps, const char *spath, const struct graph *g)
 {
 	size_t n = g->n;
@@ -1284,6 +1284,7 @@ static void find_cycles(struct ctx *c, json_t *steps, const char *spath, const s
 	size_t *stack = xcalloc(n ? n : 1, sizeof(size_t));
 	size_t *edge = xcalloc(n ? n : 1, sizeof(size_t));
 	size_t *pos = xcalloc(n ? n : 1, sizeof(size_t));
+	unsigned char *reported = xcalloc(n ? n : 1, 1);	/* one cycle per step is enough */
 
 	for (size_t s = 0; s < n; s++) {
 		size_t sp = 0;
@@ -1308,8 +1309,10 @@ static void find_cycles(struct ctx *c, json_t *steps, const char *spath, const s
 				pos[v] = sp;
 				stack[sp] = v;
 				edge[sp++] = 0;
-			} else if (color[v] == 1) {
+			} else if (color[v] == 1 && !reported[v] && c->nerr <= WORKFLOW_MAX_ERRORS) {
 				struct buf b = BUF_INIT;
+
+				reported[v] = 1;
 				char p[PATHLEN];
 
 				for (size_t k = pos[v]; k < sp; k++) {
@@ -1331,6 +1334,7 @@ static void find_cycles(struct ctx *c, json_t *steps, const char *spath, const s
 	free(stack);
 	free(edge);
 	free(pos);
+	free(reported);
 }
 
 /* Validates and normalizes a steps array into *out (a new array). */
