@@ -401,11 +401,11 @@ static void authenticate(struct http_req *r)
 		http_reply_error(r, 401, "unauthorized", "missing \"Authorization: Bearer\" header", NULL);
 		return;
 	}
-	if (strncasecmp(h, "Bearer ", 7) != 0) {
+	if (strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\0')) {
 		http_reply_error(r, 401, "unauthorized", "authorization scheme must be \"Bearer\"", NULL);
 		return;
 	}
-	tok = h + 7;
+	tok = h + 6;
 	while (*tok == ' ')
 		tok++;
 	len = strlen(tok);

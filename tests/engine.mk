@@ -4,6 +4,7 @@ TESTS += \
 	tests/integration/api-submit.test \
 	tests/integration/api-runs.test \
 	tests/integration/api-flow.test \
+	tests/integration/api-duties.test \
 	tests/unit/test-config
 
 check_PROGRAMS += tests/unit/test-config
