@@ -5,6 +5,7 @@
  * Usage: bench-checkpoint [MiB] (default 256). Uses $TMPDIR or /tmp. */
 #define _GNU_SOURCE
 #include "checkpoint.h"
+#include "log.h"
 #include "util.h"
 
 #include <errno.h>
@@ -94,7 +95,7 @@ static double mbps(uint64_t bytes, int64_t us)
 /* Times `lz4 -1` on a tar of dir; returns microseconds, or -1. */
 static int64_t time_lz4(const char *dir, const char *tmp, const char *name, uint64_t *in, uint64_t *out)
 {
-	char cmd[2048], tarf[1024], lzf[1024];
+	char cmd[4096], tarf[1024], lzf[1024];
 	struct stat st;
 	int64_t t0, us;
 
@@ -131,13 +132,13 @@ static void fresh(const char *path)
 int main(int argc, char **argv)
 {
 	const char *t = getenv("TMPDIR");
-	char tmp[512], ws[600], text[700], bin[700], r1[600], r2[600], path[900], cmd[1300];
+	char tmp[512], ws[600], text[700], bin[700], r1[600], r2[600], r3[600], path[900], cmd[1300];
 	uint64_t mib = argc > 1 ? strtoull(argv[1], NULL, 10) : 256;
 	uint64_t total = mib << 20, text_bytes = total * 5 / 8, bin_bytes = total - text_bytes, changed = 0;
 	struct checkpoint_result full, delta, textfull;
 	struct checkpoint_manifest *rm = NULL;
 	char *buf;
-	int64_t t0, us_full, us_delta, us_text, us_restore, us_restore2, us_lz4, us_lz4_text;
+	int64_t t0, us_full, us_delta, us_text, us_restore, us_restore2, us_restore3, us_lz4, us_lz4_text;
 	uint64_t lz_in = 0, lz_out = 0, lzt_in = 0, lzt_out = 0;
 
 	log_init("bench-checkpoint", LOG_INFO);
@@ -248,8 +249,10 @@ int main(int argc, char **argv)
 	/* restores */
 	snprintf(r1, sizeof(r1), "%s/r1", tmp);
 	snprintf(r2, sizeof(r2), "%s/r2", tmp);
+	snprintf(r3, sizeof(r3), "%s/r3", tmp);
 	fresh(r1);
 	fresh(r2);
+	fresh(r3);
 	{
 		struct checkpoint_blob chain[2] = {
 			{ full.blob, full.stored_size, full.tree_hash },
@@ -264,6 +267,16 @@ int main(int argc, char **argv)
 		if (checkpoint_restore(r2, chain, 2, delta.tree_hash, NULL, &rm, err, sizeof(err)) < 0)
 			die("restore of full + delta: %s", err);
 		us_restore2 = mono_us() - t0;
+		{
+			struct checkpoint_options o;
+
+			checkpoint_options_init(&o);
+			o.verify_data = true;
+			t0 = mono_us();
+			if (checkpoint_restore(r3, chain, 1, full.tree_hash, &o, NULL, err, sizeof(err)) < 0)
+				die("restore with verify_data: %s", err);
+			us_restore3 = mono_us() - t0;
+		}
 	}
 
 	/* the lz4 command line on the same bytes */
@@ -279,6 +292,7 @@ int main(int argc, char **argv)
 	       mbps(delta.data_bytes, us_delta), (double)delta.raw_size / delta.stored_size, delta.stored_size);
 	printf("%-34s %10.1f %10.0f\n", "restore full", us_restore / 1e3, mbps(full.tree_bytes, us_restore));
 	printf("%-34s %10.1f %10.0f\n", "restore full + delta", us_restore2 / 1e3, mbps(delta.tree_bytes, us_restore2));
+	printf("%-34s %10.1f %10.0f\n", "restore full, rehashing all data", us_restore3 / 1e3, mbps(full.tree_bytes, us_restore3));
 	if (us_lz4 >= 0)
 		printf("%-34s %10.1f %10.0f %10.2f %12llu\n", "lz4 -1 CLI, tar of mixed", us_lz4 / 1e3,
 		       mbps(lz_in, us_lz4), (double)lz_in / lz_out, (unsigned long long)lz_out);
@@ -292,14 +306,14 @@ int main(int argc, char **argv)
 	       (unsigned long long)delta.hashed_bytes, 100.0 * us_delta / us_full);
 	printf("bench-checkpoint: tree_bytes=%llu full_ms=%.1f full_mbps=%.0f full_ratio=%.3f full_stored=%zu "
 	       "text_mbps=%.0f text_ratio=%.3f delta_ms=%.1f delta_stored=%zu delta_pct_of_full=%.1f "
-	       "restore_ms=%.1f restore_mbps=%.0f restore_chain_ms=%.1f restore_chain_mbps=%.0f "
+	       "restore_ms=%.1f restore_mbps=%.0f restore_chain_ms=%.1f restore_chain_mbps=%.0f restore_verify_mbps=%.0f "
 	       "lz4cli_mbps=%.0f lz4cli_ratio=%.3f lz4cli_text_mbps=%.0f lz4cli_text_ratio=%.3f\n",
 	       (unsigned long long)full.tree_bytes, us_full / 1e3, mbps(full.tree_bytes, us_full),
 	       (double)full.raw_size / full.stored_size, full.stored_size,
 	       mbps(textfull.tree_bytes, us_text), (double)textfull.raw_size / textfull.stored_size,
 	       us_delta / 1e3, delta.stored_size, 100.0 * us_delta / us_full,
 	       us_restore / 1e3, mbps(full.tree_bytes, us_restore),
-	       us_restore2 / 1e3, mbps(delta.tree_bytes, us_restore2),
+	       us_restore2 / 1e3, mbps(delta.tree_bytes, us_restore2), mbps(full.tree_bytes, us_restore3),
 	       us_lz4 >= 0 ? mbps(lz_in, us_lz4) : 0, lz_out ? (double)lz_in / lz_out : 0,
 	       us_lz4_text >= 0 ? mbps(lzt_in, us_lz4_text) : 0, lzt_out ? (double)lzt_in / lzt_out : 0);
 

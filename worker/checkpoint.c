@@ -41,13 +41,13 @@
 enum {
 	REC_ENTRY = 1,		/* type u8, flags u8, pad u8, mode u32, size u64,
 				 * path len u32, target len u32, path, target */
-	REC_BLOCK = 2,		/* pad[3], index u32, len u32, data */
+	REC_BLOCK = 2,		/* pad[3], index u32, len u32, hash[32], data */
 	REC_FILE_END = 3,	/* pad[3], content hash[32] */
 	REC_DELETE = 4,		/* pad[3], path len u32, path */
 	REC_END = 5,		/* pad[3], entries u32, tree hash[32] */
 };
 #define ENTRY_HDR 24
-#define BLOCK_HDR 12
+#define BLOCK_HDR 44
 #define FILE_END_LEN 36
 #define DELETE_HDR 8
 #define END_LEN 40
@@ -564,6 +564,7 @@ struct chunk {
 	uint8_t (*hashes)[CHECKPOINT_HASH_LEN];	/* restore: block hashes */
 	size_t nhashes, hcap;
 	int accel;
+	bool verify;		/* restore: hash the blocks */
 	int rc;
 	char err[200];
 	bool done;
@@ -995,6 +996,7 @@ static int cap_file(struct capture *cp, struct checkpoint_entry *e, const struct
 			goto out;
 		}
 		sha256(q + BLOCK_HDR, len, e->blocks[i]);
+		memcpy(q + 12, e->blocks[i], CHECKPOINT_HASH_LEN);
 		cp->res->hashed_bytes += len;
 		if (!cmp || i >= b->nblocks || memcmp(b->blocks[i], e->blocks[i], CHECKPOINT_HASH_LEN)) {
 			if (!emitted) {
@@ -1469,7 +1471,7 @@ static void decompress_job(struct chunk *c)
 	c->rawlen = done;
 	c->rc = 0;
 	/* hash the blocks now, on this thread; the reader checks the rest */
-	for (size_t off = 0, n; off < c->rawlen; off += n) {
+	for (size_t off = 0, n; c->verify && off < c->rawlen; off += n) {
 		n = rec_len(c->raw + off, c->rawlen - off);
 		if (!n)
 			break;
@@ -1791,10 +1793,18 @@ static int rs_block(struct restore *rs, const uint8_t *p, size_t n, const uint8_
 			return rerr(rs, "entry %llu \"%s\": could not write: %m", (unsigned long long)rs->rec, q);
 		off += w;
 	}
-	if (hash)
-		memcpy(e->blocks[idx], hash, CHECKPOINT_HASH_LEN);
-	else
-		sha256(data, len, e->blocks[idx]);
+	if (rs->opt.verify_data) {
+		uint8_t h[CHECKPOINT_HASH_LEN];
+
+		if (!hash) {
+			sha256(data, len, h);
+			hash = h;
+		}
+		if (memcmp(hash, p + 12, CHECKPOINT_HASH_LEN))
+			return rerr(rs, "entry %llu \"%s\": block %u does not match its hash",
+				    (unsigned long long)rs->rec, q, idx);
+	}
+	memcpy(e->blocks[idx], p + 12, CHECKPOINT_HASH_LEN);
 	rs->next_index = (int64_t)idx + 1;
 	if (idx >= rs->old_nblocks)
 		rs->sent_new++;
@@ -1963,6 +1973,7 @@ static int rs_link(struct restore *rs, const struct checkpoint_blob *b, size_t l
 		while (next < info.nframes && pool_inflight(&pool) < nch) {
 			c = chunks[next % nch];
 			c->src = frames[next];
+			c->verify = rs->opt.verify_data;
 			pool_submit(&pool, c);
 			next++;
 		}

@@ -57,6 +57,9 @@ struct checkpoint_options {
 	bool rehash;		/* capture: ignore stat hints, hash every file */
 	bool restat;		/* restore: stat the result so the next capture
 				 * can use change hints (default true) */
+	bool verify_data;	/* restore: hash every block written and compare
+				 * it with the hash recorded at capture (default
+				 * false: the frame checksums cover the data) */
 	uint64_t max_total_size;	/* sum of file sizes (default 16 GiB) */
 	uint64_t max_entries;		/* default 1,000,000 */
 	uint32_t max_path;		/* bytes, default 4095 */

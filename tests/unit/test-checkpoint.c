@@ -239,21 +239,26 @@ static void r_entry(struct rec *r, int type, int flags, uint32_t mode, uint64_t 
 		r_put(r, target, tlen);
 }
 
-static void r_block(struct rec *r, uint32_t idx, const void *data, uint32_t len)
-{
-	unsigned char h[12] = { 2 };
-
-	r_u32(h + 4, idx);
-	r_u32(h + 8, len);
-	r_put(r, h, 12);
-	r_put(r, data, len);
-}
-
 static void sha(const void *p, size_t n, unsigned char *out)
 {
 	unsigned int l;
 
 	EVP_Digest(p, n, out, &l, EVP_sha256(), NULL);
+}
+
+static bool r_bad_hash;
+
+static void r_block(struct rec *r, uint32_t idx, const void *data, uint32_t len)
+{
+	unsigned char h[44] = { 2 };
+
+	r_u32(h + 4, idx);
+	r_u32(h + 8, len);
+	sha(data, len, h + 12);
+	if (r_bad_hash)
+		h[20] ^= 1;
+	r_put(r, h, 44);
+	r_put(r, data, len);
 }
 
 /* Content hash of a one-block file. */
@@ -526,6 +531,20 @@ static void test_round_trips(void)
 		checkpoint_result_release(&st1);
 	}
 
+	/* the whole chain again, hashing every byte written */
+	{
+		o.threads = 0;
+		o.verify_data = true;
+		chain[0] = (struct checkpoint_blob){ full.blob, full.stored_size, full.tree_hash };
+		chain[1] = (struct checkpoint_blob){ d1.blob, d1.stored_size, d1.tree_hash };
+		chain[2] = (struct checkpoint_blob){ d2.blob, d2.stored_size, d2.tree_hash };
+		rm_rf(r1);
+		mkdir(r1, 0700);
+		rc = checkpoint_restore(r1, chain, 3, d2.tree_hash, &o, NULL, err, sizeof(err));
+		if (!ok(rc == 0 && trees_differ(r2, r1) == 0, "verify_data: chain of three restores"))
+			diag("%s", err);
+	}
+
 	/* chain fallback and compaction */
 	{
 		size_t used = 9;
@@ -680,6 +699,18 @@ static void test_hostile(void)
 	r_file_end(&r, "!", 1, true);
 	r_end(&r, 1);
 	ok(try_blob(&r, NULL) < 0 && err_has("entry 1 \"f\": content does not match its hash"), "content hash mismatch refused");
+
+	checkpoint_options_init(&o);
+	o.verify_data = true;
+	r.n = 0;
+	r_entry(&r, 1, 0, 0644, 1, "f", 1, NULL);
+	r_bad_hash = true;
+	r_block(&r, 0, "!", 1);
+	r_bad_hash = false;
+	r_file_end(&r, "!", 1, false);
+	r_end(&r, 1);
+	ok(try_blob(&r, &o) < 0 && err_has("entry 1 \"f\": block 0 does not match its hash"),
+	   "verify_data: a block that does not match its recorded hash is refused");
 
 	r.n = 0;
 	r_entry(&r, 1, 0, 0644, 5, "f", 1, NULL);
