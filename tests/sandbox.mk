@@ -11,4 +11,5 @@ tests_unit_test_sandbox_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker -I$(top
 tests_unit_test_sandbox_LDADD = $(TAP_LIBS) $(WORKER_LIBS) $(CAIRN_LIBS)
 
 TESTS += tests/unit/test-sandbox \
-	tests/integration/sandbox-basic.test
+	tests/integration/sandbox-basic.test \
+	tests/integration/sandbox-escape.test

@@ -78,6 +78,8 @@ struct plan {
 	struct sandbox_policy pol;
 	char rootfs[PATH_MAX], ws[PATH_MAX], in[PATH_MAX], out[PATH_MAX];
 	char secrets[PATH_MAX], ctl[PATH_MAX];
+	struct sandbox_mount *mounts;   /* o->mounts then the profile's "mounts" */
+	size_t nmounts;
 	char (*msrc)[PATH_MAX];
 	/* O_PATH fds the child opens for each source while it still has the
 	 * caller's file system identity (then sources in 0700 dirs work). */
@@ -204,6 +206,8 @@ int sandbox_limits_parse(const json_t *profile, struct sandbox_limits *l, char *
 				return -1;
 			}
 			l->unix_sockets = json_is_true(v);
+		} else if (strcmp(key, "rootfs") == 0 || strcmp(key, "mounts") == 0 || strcmp(key, "timeout_ms") == 0) {
+			/* Read by sandbox_spawn (rootfs, mounts) or the caller (timeout_ms). */
 		} else if (strcmp(key, "seccomp") == 0) {
 			if (!json_is_object(v)) {
 				snprintf(err, errlen, "sandbox \"seccomp\" must be an object");
@@ -415,7 +419,6 @@ static void setup_dev(const struct plan *pl)
 
 static void setup_mounts(const struct plan *pl)
 {
-	const struct sandbox_opts *o = pl->o;
 	char opts[96];
 
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -445,8 +448,8 @@ static void setup_mounts(const struct plan *pl)
 		bind_host(pl, pl->fd_secrets, pl->secrets, "/cairn/secrets", false);
 	if (pl->ctl[0])
 		bind_host(pl, pl->fd_ctl, pl->ctl, "/cairn/ctl", true);
-	for (size_t i = 0; i < o->nmounts; i++)
-		bind_host(pl, pl->fd_m[i], pl->msrc[i], o->mounts[i].dst, o->mounts[i].rw);
+	for (size_t i = 0; i < pl->nmounts; i++)
+		bind_host(pl, pl->fd_m[i], pl->msrc[i], pl->mounts[i].dst, pl->mounts[i].rw);
 
 	if (mount_attr("/newroot", false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) < 0)
 		child_fail(pl, "could not make the root read-only");
@@ -722,7 +725,7 @@ static void open_sources(struct plan *pl)
 	pl->fd_out = open_source(pl, pl->out);
 	pl->fd_secrets = open_source(pl, pl->secrets);
 	pl->fd_ctl = open_source(pl, pl->ctl);
-	for (size_t i = 0; i < pl->o->nmounts; i++)
+	for (size_t i = 0; i < pl->nmounts; i++)
 		pl->fd_m[i] = open_source(pl, pl->msrc[i]);
 }
 
@@ -884,6 +887,47 @@ static bool bad_dst(const char *dst)
 	return false;
 }
 
+/* The caller's mounts plus the profile's "mounts" ([{src, dst, rw}]). */
+static int collect_mounts(struct plan *pl, const struct sandbox_opts *o, char *err, size_t errlen)
+{
+	const json_t *pm = o->profile ? json_object_get(o->profile, "mounts") : NULL;
+	size_t n = o->nmounts + (json_is_array(pm) ? json_array_size(pm) : 0), i;
+	json_t *m;
+
+	if (pm && !json_is_array(pm)) {
+		snprintf(err, errlen, "sandbox \"mounts\" must be an array");
+		return -1;
+	}
+	if (n > 256) {
+		snprintf(err, errlen, "too many mounts (%zu, at most 256)", n);
+		return -1;
+	}
+	if (!n)
+		return 0;
+	pl->mounts = calloc(n, sizeof(*pl->mounts));
+	pl->msrc = calloc(n, sizeof(*pl->msrc));
+	pl->fd_m = calloc(n, sizeof(*pl->fd_m));
+	if (!pl->mounts || !pl->msrc || !pl->fd_m) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (i = 0; i < o->nmounts; i++)
+		pl->mounts[pl->nmounts++] = o->mounts[i];
+	json_array_foreach(pm, i, m) {
+		struct sandbox_mount *sm = &pl->mounts[pl->nmounts++];
+		json_t *rw = json_object_get(m, "rw");
+
+		sm->src = json_string_value(json_object_get(m, "src"));
+		sm->dst = json_string_value(json_object_get(m, "dst"));
+		sm->rw = json_is_true(rw);
+		if (!sm->src || !sm->dst || (rw && !json_is_boolean(rw))) {
+			snprintf(err, errlen, "sandbox \"mounts\"[%zu] must be {\"src\": path, \"dst\": path, \"rw\": bool}", i);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int plan_prepare(struct plan *pl, const struct sandbox_opts *o, char *err, size_t errlen)
 {
 	const json_t *sc = o->profile ? json_object_get(o->profile, "seccomp") : NULL;
@@ -902,28 +946,29 @@ static int plan_prepare(struct plan *pl, const struct sandbox_opts *o, char *err
 	}
 	if (sandbox_limits_parse(o->profile, &pl->lim, err, errlen) < 0)
 		return -1;
-	if (resolve("root", o->rootfs ? o->rootfs : "/", true, pl->rootfs, err, errlen) < 0 ||
+	if (!o->rootfs && o->profile && json_object_get(o->profile, "rootfs") &&
+	    !json_is_string(json_object_get(o->profile, "rootfs"))) {
+		snprintf(err, errlen, "sandbox \"rootfs\" must be a path");
+		return -1;
+	}
+	if (resolve("root", o->rootfs ? o->rootfs :
+		    o->profile && json_object_get(o->profile, "rootfs") ?
+		    json_string_value(json_object_get(o->profile, "rootfs")) : "/", true, pl->rootfs, err, errlen) < 0 ||
 	    resolve("workspace", o->workspace, true, pl->ws, err, errlen) < 0 ||
 	    resolve("input directory", o->in_dir, true, pl->in, err, errlen) < 0 ||
 	    resolve("output directory", o->out_dir, true, pl->out, err, errlen) < 0 ||
 	    resolve("secrets directory", o->secrets_dir, true, pl->secrets, err, errlen) < 0 ||
 	    resolve("control file", o->ctl_path, false, pl->ctl, err, errlen) < 0)
 		return -1;
-	if (o->nmounts) {
-		pl->msrc = calloc(o->nmounts, sizeof(*pl->msrc));
-		pl->fd_m = calloc(o->nmounts, sizeof(*pl->fd_m));
-		if (!pl->msrc || !pl->fd_m) {
-			snprintf(err, errlen, "out of memory");
-			return -1;
-		}
-	}
-	for (size_t i = 0; i < o->nmounts; i++) {
-		if (bad_dst(o->mounts[i].dst)) {
+	if (collect_mounts(pl, o, err, errlen) < 0)
+		return -1;
+	for (size_t i = 0; i < pl->nmounts; i++) {
+		if (bad_dst(pl->mounts[i].dst)) {
 			snprintf(err, errlen, "bad mount destination \"%s\": must be an absolute path outside "
-				 "/proc, /dev, /workspace and /cairn", o->mounts[i].dst ? o->mounts[i].dst : "");
+				 "/proc, /dev, /workspace and /cairn", pl->mounts[i].dst ? pl->mounts[i].dst : "");
 			return -1;
 		}
-		if (resolve("mount source", o->mounts[i].src, false, pl->msrc[i], err, errlen) < 0)
+		if (resolve("mount source", pl->mounts[i].src, false, pl->msrc[i], err, errlen) < 0)
 			return -1;
 	}
 	if (sandbox_policy_build(&pl->pol, o->policy_path, sc, pl->lim.unix_sockets, err, errlen) < 0)
@@ -966,6 +1011,8 @@ static void plan_release(struct plan *pl)
 	sandbox_policy_release(&pl->pol);
 	free(pl->msrc);
 	free(pl->fd_m);
+	free(pl->mounts);
+	pl->mounts = NULL;
 	pl->msrc = NULL;
 	pl->fd_m = NULL;
 }
