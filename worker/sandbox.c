@@ -750,7 +750,6 @@ static void child_main(struct plan *pl)
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(125);
-	close(pl->sync_rd);
 
 	open_sources(pl);
 	if (pl->root_mode && setgroups(0, NULL) < 0)
@@ -758,8 +757,6 @@ static void child_main(struct plan *pl)
 	prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
 	if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0 || setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
 		child_fail(pl, "could not switch to the sandbox user");
-	if (unshare(CLONE_NEWCGROUP) < 0)
-		child_fail(pl, "could not create cgroup namespace");
 	if (sethostname("cairn", 5) < 0)
 		child_fail(pl, "could not set hostname");
 	setup_network(pl);
@@ -767,6 +764,15 @@ static void child_main(struct plan *pl)
 	/* The sources are mounted: no handle on the host stays open. */
 	if (syscall(SYS_close_range, 5, ~0U, 0) < 0)
 		child_fail(pl, "could not close source fds");
+	/* The caller moves us into the cgroup meanwhile; wait for that. */
+	do
+		n = read(pl->sync_rd, &c, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(125);
+	close(pl->sync_rd);
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		child_fail(pl, "could not create cgroup namespace");
 	setup_limits(pl);
 	drop_privileges(pl);
 	apply_seccomp(pl, &listener);
@@ -1070,10 +1076,25 @@ static const char *clone_hint(int e)
 	return " (are user namespaces disabled? check user.max_user_namespaces)";
 }
 
+/* The child's set-up error, if it reported one, else a generic message. */
+static void collect_error(int status_rd, char *err, size_t errlen)
+{
+	struct report rep;
+	struct pollfd pfd = { status_rd, POLLIN, 0 };
+
+	if (poll(&pfd, 1, 1000) == 1 && read(status_rd, &rep, sizeof(rep)) == sizeof(rep) && rep.tag == 'E') {
+		rep.text[sizeof(rep.text) - 1] = '\0';
+		snprintf(err, errlen, "sandbox set-up failed: %s", rep.text);
+		return;
+	}
+	snprintf(err, errlen, "sandbox set-up failed: init exited without a report");
+}
+
 int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *err, size_t errlen)
 {
 	struct plan pl;
-	int sync[2] = { -1, -1 }, status[2] = { -1, -1 }, pidfd = -1, ret = -1;
+	int sync[2] = { -1, -1 }, status[2] = { -1, -1 }, pidfd = -1, ret = -1, cgfd = -1;
+	bool into_cgroup = false;
 	struct clone_args ca;
 	struct report rep;
 	pid_t pid = -1;
@@ -1088,7 +1109,8 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 	p->limits = pl.lim;
 	if (sandbox_cgroup_new(&pl.lim, &p->cg, err, errlen) < 0)
 		goto out;
-	if (pipe2(sync, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) {
+	/* sync is a socket pair so that a dead child gives EPIPE, not SIGPIPE. */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) < 0 || pipe2(status, O_CLOEXEC) < 0) {
 		snprintf(err, errlen, "could not create pipes: %s", strerror(errno));
 		goto out;
 	}
@@ -1100,6 +1122,13 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 		   CLONE_NEWUTS | CLONE_PIDFD;
 	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
 	ca.exit_signal = SIGCHLD;
+	/* cgroup v2: start inside the cgroup, no migration needed. */
+	cgfd = sandbox_cgroup_dirfd(p->cg);
+	if (cgfd >= 0) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)cgfd;
+		into_cgroup = true;
+	}
 	pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
 	if (pid < 0) {
 		snprintf(err, errlen, "could not create user namespace: %s%s", strerror(errno), clone_hint(errno));
@@ -1117,10 +1146,17 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 
 	if (write_maps(pid, pl.root_mode, o, err, errlen) < 0)
 		goto out;
-	if (sandbox_cgroup_attach(p->cg, pid, err, errlen) < 0)
-		goto out;
-	if (write(sync[1], &go, 1) != 1) {
+	/* The child builds its mounts while we move it into its cgroup
+	 * (a slow operation on cgroup v1); it waits for the second byte
+	 * before anything of the command runs. */
+	if (send(sync[1], &go, 1, MSG_NOSIGNAL) != 1) {
 		snprintf(err, errlen, "could not start the sandbox: %s", strerror(errno));
+		goto out;
+	}
+	if (!into_cgroup && sandbox_cgroup_attach(p->cg, pid, err, errlen) < 0)
+		goto out;
+	if (send(sync[1], &go, 1, MSG_NOSIGNAL) != 1) {
+		collect_error(status[0], err, errlen);
 		goto out;
 	}
 	close(sync[1]);
@@ -1178,6 +1214,8 @@ out:
 	}
 	if (pidfd >= 0)
 		close(pidfd);
+	if (cgfd >= 0)
+		close(cgfd);
 	plan_release(&pl);
 	if (ret < 0 && p->cg) {
 		sandbox_cgroup_free(p->cg);

@@ -4,6 +4,7 @@ worker_libcairnworker_a_SOURCES += \
 	worker/sandbox_seccomp.c \
 	worker/sandbox_cgroup.c worker/sandbox_cgroup.h
 
+dist_noinst_SCRIPTS += tools/bench-sandbox
 bin_PROGRAMS += tools/cairn-sandbox
 tools_cairn_sandbox_SOURCES = tools/cairn-sandbox.c
 tools_cairn_sandbox_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker

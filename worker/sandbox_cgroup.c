@@ -276,6 +276,13 @@ int sandbox_cgroup_new(const struct sandbox_limits *l, struct sandbox_cgroup **o
 	return 0;
 }
 
+int sandbox_cgroup_dirfd(struct sandbox_cgroup *cg)
+{
+	if (cg->version != 2 || !cg->have[0])
+		return -1;
+	return open(cg->dir[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
 int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen)
 {
 	char val[32];

@@ -21,6 +21,9 @@ int sandbox_cgroup_probe(char *err, size_t errlen);
  * sandbox_cgroup_free. */
 int sandbox_cgroup_new(const struct sandbox_limits *l, struct sandbox_cgroup **out,
 		       char *err, size_t errlen);
+/* cgroup v2: a new O_DIRECTORY fd of the cgroup for CLONE_INTO_CGROUP
+ * (caller closes); -1 on v1, where sandbox_cgroup_attach moves the child. */
+int sandbox_cgroup_dirfd(struct sandbox_cgroup *cg);
 /* Moves pid into the cgroup(s). */
 int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen);
 /* SIGKILLs every process in the cgroup. */
