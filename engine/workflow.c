@@ -1488,7 +1488,7 @@ int workflow_normalize(json_t *def, json_t **out, json_t **errors)
 	norm_limits(&c, json_object_get(def, "limits"), "$.limits", &limits);
 	if ((f = json_object_get(def, "defaults"))) {
 		parse_defaults(&c, f, "$.defaults", &d);
-		if (json_is_object(f))
+		if (json_is_object(f) && depth_ok(f, 0))
 			json_object_set_new(res, "defaults", json_deep_copy(f));
 	}
 

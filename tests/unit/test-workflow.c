@@ -644,6 +644,11 @@ static void test_hostile(void)
 	ok(e && has_error(e, "$.steps[0].sandbox", NULL) && has_error(e, "$.steps[0].needs[0]", NULL),
 	   "deep values in known keys refused without descending");
 	json_decref(e);
+	def = J("{'name': 'w', 'defaults': {}, 'steps': [{'id': 'a', 'run': 'x'}]}");
+	json_object_set(json_object_get(def, "defaults"), "bogus", deep);
+	e = errors_of(def);
+	ok(e && has_error(e, "$.defaults.bogus", "unknown key"), "deep value under defaults refused, not copied");
+	json_decref(e);
 	/* Freeing deep nesting recurses in jansson; unwind it by hand. */
 	while (json_array_size(deep)) {
 		json_t *inner = json_incref(json_array_get(deep, 0));
