@@ -293,7 +293,7 @@ static int get_size(struct ctx *c, const json_t *v, const char *path, int64_t *o
 		return -1;
 	}
 	if (n < 1 || n > MAX_SIZE_BYTES) {
-		err_at(c, path, "size must be between 1 byte and 1P");
+		err_at(c, path, "size must be between 1 byte and 1024T");
 		return -1;
 	}
 	*out = n;
@@ -716,19 +716,20 @@ static json_t *norm_sb_value(struct ctx *c, const struct sb_key *k, json_t *f, c
 static json_t *norm_sandbox(struct ctx *c, json_t *v, const char *path)
 {
 	const char *key;
+	size_t klen;
 	json_t *out, *f;
 
 	if (!want_type(c, v, JSON_OBJECT, "an object", path))
 		return json_object();
 	out = json_object();
-	json_object_foreach(v, key, f) {
+	json_object_keylen_foreach(v, key, klen, f) {
 		const struct sb_key *k = NULL;
 		char p[PATHLEN];
 		json_t *val;
 
 		path_key(p, path, key);
 		for (size_t i = 0; i < sizeof(sb_keys) / sizeof(sb_keys[0]) && !k; i++)
-			if (strcmp(key, sb_keys[i].in) == 0)
+			if (strlen(key) == klen && strcmp(key, sb_keys[i].in) == 0)
 				k = &sb_keys[i];
 		if (!k) {
 			err_at(c, p, "unknown key \"%s\"", q(key).s);
