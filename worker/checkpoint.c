@@ -1192,8 +1192,11 @@ int checkpoint_capture(const char *dir, const struct checkpoint_manifest *base,
 	qsort(cp.m->e, cp.m->n, sizeof(*cp.m->e), cmp_entry);
 
 	/* room for the header, filled in at the end */
-	buf_add(&cp.blob, zero_hash, HDR_LEN - CHECKPOINT_HASH_LEN);
-	buf_add(&cp.blob, zero_hash, CHECKPOINT_HASH_LEN);
+	{
+		uint8_t hdr[HDR_LEN] = { 0 };
+
+		buf_add(&cp.blob, hdr, HDR_LEN);
+	}
 	{
 		int nth = cp.opt.threads > 1 ? cp.opt.threads : 0;
 		size_t cap = nth ? 2 * (size_t)nth + 1 : 2;

@@ -556,6 +556,8 @@ static void test_round_trips(void)
 		memcpy(bad, d2.blob, d2.stored_size);
 		bad[d2.stored_size - 20] ^= 0x40;
 		chain[2] = (struct checkpoint_blob){ bad, d2.stored_size, d2.tree_hash };
+		checkpoint_manifest_free(rm);
+		rm = NULL;
 		rm_rf(r1);
 		mkdir(r1, 0700);
 		rc = checkpoint_restore_newest(r1, chain, 3, NULL, &used, &rm, err, sizeof(err));
