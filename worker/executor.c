@@ -1,7 +1,7 @@
 /* executor: one attempt of a step, from its folders to its outcome. It owns
- * the step's pipes, timers and child-exit watch, and the host backend; the
- * sandbox plugs in as another backend. It never talks to the database and
- * never blocks the loop on the step. */
+ * the step's folders, pipes, timers and child-exit watch; processes start
+ * through a backend, and the only backend is the sandbox: a step never runs
+ * unsandboxed. It never talks to the database nor blocks the loop. */
 #define _GNU_SOURCE
 #include "executor.h"
 #include "collect.h"
@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -24,8 +23,6 @@
 #define EXEC_LINGER_MS 1000 /* after the step exits, wait this long for pipe EOF */
 #define EXEC_READ_CHUNK 65536
 #define EXEC_NAME_MAX 200
-
-extern char **environ;
 
 struct stream {
 	const char *name;
@@ -70,129 +67,77 @@ struct executor {
 
 static void job_check_done(struct exec_job *job);
 
-/* ---- host backend ---- */
+/* ---- the sandbox backend ---- */
 
-struct host_proc {
-	pid_t pid;
-};
-
-struct spawn_error {
-	int stage;
-	int err;
-};
-
-static const char *const spawn_stages[] = {
-	"set up the session", "set the parent-death signal", "set up stdio",
-	"enter the workspace", "execute",
-};
-
-/* Runs in the forked child: never returns. Reports a failure through fd. */
-static void __attribute__((noreturn)) host_child(const struct exec_spawn *sp, pid_t parent, int fd)
+static int sb_spawn(const struct exec_spawn *sp, void **proc, pid_t *pid, char *err, size_t errlen)
 {
-	struct spawn_error se = { 0, 0 };
-	sigset_t none;
-	int devnull;
+	struct sandbox_proc *p = xcalloc(1, sizeof(*p));
+	struct sandbox_opts o;
 
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL);
-	if (setsid() < 0)
-		goto fail;
-	se.stage = 1;
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-		goto fail;
-	se.stage = 2;
-	devnull = open("/dev/null", O_RDONLY);
-	if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(sp->stdout_fd, 1) < 0 ||
-	    dup2(sp->stderr_fd, 2) < 0)
-		goto fail;
-	se.stage = 3;
-	if (chdir(sp->workspace) < 0)
-		goto fail;
-	se.stage = 4;
-	if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) < 0)
-		for (int i = 3; i < 4096; i++)
-			if (i != fd)
-				fcntl(i, F_SETFD, FD_CLOEXEC);
-	environ = (char **)sp->envp;
-	execvp(sp->argv[0], sp->argv);
-fail:
-	se.err = errno;
-	if (write(fd, &se, sizeof(se)) < 0)
-		_exit(127);
-	_exit(127);
-}
-
-static int host_spawn(const struct exec_spawn *sp, void **proc, pid_t *pid, char *err, size_t errlen)
-{
-	struct spawn_error se;
-	struct host_proc *hp;
-	pid_t parent = getpid(), child;
-	int fds[2];
-	ssize_t n;
-
-	if (pipe2(fds, O_CLOEXEC) < 0) {
-		snprintf(err, errlen, "could not create a pipe: %s", strerror(errno));
+	memset(&o, 0, sizeof(o));
+	o.argv = sp->argv;
+	o.envp = sp->envp;
+	o.workspace = sp->workspace;
+	o.in_dir = sp->in_dir;
+	o.out_dir = sp->out_dir;
+	o.ctl_path = sp->ctl;
+	o.mounts = sp->mounts;
+	o.nmounts = sp->nmounts;
+	o.profile = sp->sandbox;
+	o.stdout_fd = sp->stdout_fd;
+	o.stderr_fd = sp->stderr_fd;
+	if (sandbox_spawn(&o, p, err, errlen) < 0) {
+		free(p);
 		return -1;
 	}
-	child = fork();
-	if (child < 0) {
-		snprintf(err, errlen, "could not fork: %s", strerror(errno));
-		close(fds[0]);
-		close(fds[1]);
-		return -1;
-	}
-	if (child == 0) {
-		close(fds[0]);
-		host_child(sp, parent, fds[1]);
-	}
-	close(fds[1]);
-	do
-		n = read(fds[0], &se, sizeof(se));
-	while (n < 0 && errno == EINTR);
-	close(fds[0]);
-	if (n == (ssize_t)sizeof(se)) {
-		waitpid(child, NULL, 0);
-		snprintf(err, errlen, "could not %s \"%s\": %s",
-			 spawn_stages[se.stage < 5 && se.stage >= 0 ? se.stage : 4],
-			 se.stage == 4 ? sp->argv[0] : se.stage == 3 ? sp->workspace : "step",
-			 strerror(se.err));
-		return -1;
-	}
-	hp = xmalloc(sizeof(*hp));
-	hp->pid = child;
-	*proc = hp;
-	*pid = child;
+	*proc = p;
+	*pid = p->pid;
 	return 0;
 }
 
-static void host_kill(void *proc, int sig)
+static void sb_kill(void *proc, int sig)
 {
-	struct host_proc *hp = proc;
-
-	/* The step leads its own session and process group. */
-	if (kill(-hp->pid, sig) < 0 && errno == ESRCH)
-		kill(hp->pid, sig);
+	if (sig == SIGTERM)
+		sandbox_terminate(proc);
+	else
+		sandbox_kill(proc);
 }
 
-static void host_outcome(void *proc, int wstatus, int *exit_code, int *signo)
+static int sb_reap(void *proc, int *wstatus)
 {
-	*exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
-	*signo = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
+	return sandbox_reap(proc, wstatus);
 }
 
-static void host_release(void *proc)
+static void sb_outcome(void *proc, int wstatus, struct exec_outcome *o)
 {
+	struct sandbox_result r;
+
+	sandbox_outcome(proc, wstatus, &r);
+	o->reason = r.reason;
+	o->exit_code = r.exit_code;
+	o->signo = r.signal;
+	snprintf(o->message, sizeof(o->message), "step %s", r.message);
+	/* A refused system call will be refused again; limits may be transient. */
+	o->retryable = strcmp(r.reason, SANDBOX_REASON_SECCOMP) != 0;
+}
+
+static void sb_release(void *proc)
+{
+	sandbox_release(proc);
 	free(proc);
 }
 
-const struct exec_backend exec_backend_host = {
-	.name = "host",
-	.spawn = host_spawn,
-	.kill = host_kill,
-	.outcome = host_outcome,
-	.release = host_release,
+const struct exec_backend exec_backend_sandbox = {
+	.name = "sandbox",
+	.workspace_path = "/workspace",
+	.in_path = "/cairn/in",
+	.out_path = "/cairn/out",
+	.ctl_path = "/cairn/ctl",
+	.spawn = sb_spawn,
+	.kill = sb_kill,
+	.reap = sb_reap,
+	.outcome = sb_outcome,
+	.release = sb_release,
 };
 
 /* ---- folders ---- */
@@ -506,15 +451,12 @@ static void job_exited(struct exec_job *job, int wstatus)
 /* Reaps the job's main process if it has exited. */
 static void job_try_reap(struct exec_job *job)
 {
-	int status;
-	pid_t r;
+	int status = 0, r;
 
-	if (job->exited || job->pid <= 0)
+	if (job->exited || !job->proc)
 		return;
-	do
-		r = waitpid(job->pid, &status, WNOHANG);
-	while (r < 0 && errno == EINTR);
-	if (r == job->pid)
+	r = job->ex->backend->reap(job->proc, &status);
+	if (r == 1)
 		job_exited(job, status);
 	else if (r < 0 && errno == ECHILD)
 		job_exited(job, 0x7f00 /* as if exited 127 */);
@@ -643,8 +585,9 @@ static void job_finish(struct exec_job *job)
 {
 	struct executor *ex = job->ex;
 	struct exec_result res;
+	struct exec_outcome oc;
 	const char *last;
-	int code = -1, signo = 0;
+	int code, signo;
 	char err[400];
 
 	memset(&res, 0, sizeof(res));
@@ -656,7 +599,10 @@ static void job_finish(struct exec_job *job)
 		json_array_append_new(res.logs, stream_log(&job->out, ex->opts.log_max));
 	if (job->err.data.len || job->err.dropped)
 		json_array_append_new(res.logs, stream_log(&job->err, ex->opts.log_max));
-	ex->backend->outcome(job->proc, job->wstatus, &code, &signo);
+	memset(&oc, 0, sizeof(oc));
+	ex->backend->outcome(job->proc, job->wstatus, &oc);
+	code = oc.exit_code;
+	signo = oc.signo;
 	res.exit_code = code;
 	res.signo = signo;
 	last = line_tail_finish(&job->tail);
@@ -670,6 +616,10 @@ static void job_finish(struct exec_job *job)
 		res.retryable = true;
 		snprintf(res.message, sizeof(res.message), "step timed out after %lld ms",
 			 (long long)job->timeout_ms);
+	} else if (strcmp(oc.reason, "exit") && strcmp(oc.reason, "signal")) {
+		res.reason = oc.reason;
+		res.retryable = oc.retryable;
+		snprintf(res.message, sizeof(res.message), "%s", oc.message);
 	} else if (code == 0) {
 		if (collect_output(job->out_dir, last, ex->opts.doc_max, &res.output, err, sizeof(err))) {
 			res.reason = "bad_output";
@@ -683,12 +633,11 @@ static void job_finish(struct exec_job *job)
 	} else if (code > 0) {
 		res.reason = "exit";
 		res.retryable = !permanent_code(job->permanent, code);
-		snprintf(res.message, sizeof(res.message), "step exited with code %d", code);
+		snprintf(res.message, sizeof(res.message), "%s", oc.message);
 	} else {
 		res.reason = "signal";
 		res.retryable = true;
-		snprintf(res.message, sizeof(res.message), "step was killed by signal %d (%s)",
-			 signo, strsignal(signo));
+		snprintf(res.message, sizeof(res.message), "%s", oc.message);
 	}
 
 	job->cb(job, &res, job->arg);
@@ -799,6 +748,8 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	sp.stdout_fd = out_w;
 	sp.stderr_fd = err_w;
 	sp.sandbox = json_object_get(step->spec, "sandbox");
+	sp.mounts = ex->opts.mounts;
+	sp.nmounts = ex->opts.nmounts;
 	*fail_reason = "spawn";
 	job->started_wall = wall_ms();
 	job->started_mono = mono_ms();
@@ -871,7 +822,7 @@ struct executor *executor_new(struct event_base *base, const struct executor_opt
 
 	ex->base = base;
 	ex->opts = *opts;
-	ex->backend = opts->backend ? opts->backend : &exec_backend_host;
+	ex->backend = opts->backend ? opts->backend : &exec_backend_sandbox;
 	if (!ex->opts.log_max)
 		ex->opts.log_max = 1024 * 1024;
 	if (!ex->opts.doc_max)
@@ -888,10 +839,6 @@ void executor_free(struct executor *ex)
 	while (ex->jobs) {
 		struct exec_job *job = ex->jobs;
 
-		if (!job->exited && job->proc) {
-			ex->backend->kill(job->proc, SIGKILL);
-			waitpid(job->pid, NULL, 0);
-		}
 		job_free(job);
 	}
 	if (ex->sigchld_ev)

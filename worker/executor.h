@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <jansson.h>
 
+#include "sandbox.h"
 #include "util.h"
 
 struct event_base;
@@ -28,6 +29,18 @@ struct exec_spawn {
 	int stdout_fd, stderr_fd;
 	/* spec.sandbox (may be NULL). */
 	const json_t *sandbox;
+	/* Operator bind mounts. */
+	const struct sandbox_mount *mounts;
+	size_t nmounts;
+};
+
+/* How the step's main process ended, as the backend sees it. */
+struct exec_outcome {
+	const char *reason;            /* "exit", "signal", or a backend reason (static) */
+	char message[320];
+	int exit_code;                 /* -1 when it did not exit */
+	int signo;                     /* 0 when not killed by a signal */
+	bool retryable;                /* for backend reasons */
 };
 
 /* A way to start a step's processes. The executor does everything else. */
@@ -39,21 +52,25 @@ struct exec_backend {
 	 * whose exit ends the step, a child of the caller), or -1 with err. */
 	int (*spawn)(const struct exec_spawn *sp, void **proc, pid_t *pid,
 		     char *err, size_t errlen);
-	/* Sends sig to every process of the step. */
+	/* SIGTERM asks the step to stop; SIGKILL kills every process of it. */
 	void (*kill)(void *proc, int sig);
-	/* Turns the wait status of *pid into an exit code (-1 if none) and a
-	 * signal number (0 if none). */
-	void (*outcome)(void *proc, int wstatus, int *exit_code, int *signo);
-	/* Frees proc; the processes are gone by then. */
+	/* Reaps the main process without blocking: 1 and *wstatus when it has
+	 * exited, 0 while it runs, -1 on error. */
+	int (*reap)(void *proc, int *wstatus);
+	/* Why the step ended, from the wait status of its main process. */
+	void (*outcome)(void *proc, int wstatus, struct exec_outcome *o);
+	/* Kills what is left, reaps, frees proc. */
 	void (*release)(void *proc);
 };
 
-/* The host backend: a new session and process group, no isolation. */
-extern const struct exec_backend exec_backend_host;
+/* The sandbox (worker/sandbox.h): the only way a step runs. */
+extern const struct exec_backend exec_backend_sandbox;
 
 struct executor_opts {
 	const char *work_dir;          /* borrowed, must exist */
-	const struct exec_backend *backend; /* borrowed; NULL = host */
+	const struct exec_backend *backend; /* borrowed; NULL = the sandbox */
+	const struct sandbox_mount *mounts; /* borrowed, operator bind mounts */
+	size_t nmounts;
 	size_t log_max;                /* cap per stream, bytes */
 	size_t doc_max;                /* cap of output.json / effects.jsonl */
 	int64_t kill_grace_ms;         /* SIGTERM → SIGKILL on timeout */
@@ -72,8 +89,9 @@ struct exec_step {
 struct exec_result {
 	bool success;
 	/* On failure: reason ("exit", "signal", "timeout", "bad_output",
-	 * "bad_effects", "spawn", "bad_spec", or the kill reason), a message,
-	 * and whether another attempt may help. */
+	 * "bad_effects", "spawn", "bad_spec", "prepare", a sandbox reason such
+	 * as "oom" or "seccomp", or the kill reason), a message, and whether
+	 * another attempt may help. */
 	const char *reason;
 	char message[512];
 	bool retryable;

@@ -7,6 +7,7 @@
 #include "lease.h"
 #include "log.h"
 #include "pgq.h"
+#include "sandbox.h"
 #include "util.h"
 
 #include <errno.h>
@@ -22,7 +23,7 @@
 
 /* The worker's whole configuration: flags, CAIRN_* variables, defaults. */
 static struct {
-	char *database_url, *name, *queues, *work_dir, *log_level;
+	char *database_url, *name, *queues, *work_dir, *log_level, *bind;
 	int64_t concurrency, lease, poll, drain_timeout, log_max;
 } conf;
 
@@ -45,6 +46,8 @@ static const struct config_opt opts[] = {
 	  .help = "on SIGTERM, how long running steps may take before they are stopped" },
 	{ .name = "work-dir", .type = CONFIG_STRING, .dst = &conf.work_dir, .metavar = "DIR",
 	  .help = "folder for per-step folders (default $TMPDIR/cairn-worker-PID, removed at exit)" },
+	{ .name = "bind", .type = CONFIG_STRING, .dst = &conf.bind, .metavar = "SRC:DST[:ro],...",
+	  .help = "host folders every step sees, read-write unless :ro" },
 	{ .name = "log-max", .type = CONFIG_SIZE, .dst = &conf.log_max, .def = "1M",
 	  .min = 1024, .max = 64 << 20, .help = "stdout and stderr kept per step and stream" },
 	{ .name = "log-level", .type = CONFIG_STRING, .dst = &conf.log_level, .def = "info",
@@ -64,6 +67,38 @@ static char **split_queues(const char *s)
 			v[n++] = xstrdup(tok);
 	free(copy);
 	return v;
+}
+
+/* Parses "SRC:DST[:ro],..." into mounts (strings point into spec, which
+ * must outlive them). Returns the count, or -1 with a message. */
+static int parse_binds(char *spec, struct sandbox_mount *m, size_t max)
+{
+	char *save = NULL, *tok;
+	size_t n = 0;
+
+	for (tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *dst = strchr(tok, ':'), *mode;
+
+		if (!dst || dst == tok || n == max) {
+			fprintf(stderr, "cairn-worker: --bind \"%s\" is not SRC:DST[:ro]%s\n", tok,
+				n == max ? " (too many)" : "");
+			return -1;
+		}
+		*dst++ = '\0';
+		mode = strchr(dst, ':');
+		if (mode) {
+			*mode++ = '\0';
+			if (strcmp(mode, "ro") && strcmp(mode, "rw")) {
+				fprintf(stderr, "cairn-worker: --bind mode \"%s\" is neither ro nor rw\n", mode);
+				return -1;
+			}
+		}
+		m[n].src = tok;
+		m[n].dst = dst;
+		m[n].rw = !mode || !strcmp(mode, "rw");
+		n++;
+	}
+	return (int)n;
 }
 
 struct worker {
@@ -102,8 +137,10 @@ int main(int argc, char **argv)
 	struct event *sigterm = NULL, *sigint = NULL;
 	char **queues;
 	char name[300], host[HOST_NAME_MAX + 1] = "localhost";
-	char *work_dir;
+	char *work_dir, err[512];
 	bool own_work_dir = false;
+	struct sandbox_mount mounts[16];
+	int nmounts = 0;
 
 	switch (config_load(opts, "cairn-worker",
 			    "leases ready steps from the cairn store and runs them; SIGTERM drains",
@@ -118,6 +155,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_init("cairn-worker", (enum log_level)log_level_parse(conf.log_level));
+	if (conf.bind && (nmounts = parse_binds(conf.bind, mounts, 16)) < 0) {
+		config_release(opts);
+		return 2;
+	}
+	/* Steps only ever run sandboxed: a host that cannot is an error. */
+	if (sandbox_check_host(err, sizeof(err)) < 0)
+		die("this host cannot run sandboxed steps: %s", err);
 	signal(SIGPIPE, SIG_IGN);
 	srandom((unsigned)(getpid() ^ mono_us()));
 
@@ -154,6 +198,8 @@ int main(int argc, char **argv)
 	eo.work_dir = work_dir;
 	eo.log_max = (size_t)conf.log_max;
 	eo.kill_grace_ms = 2000;
+	eo.mounts = mounts;
+	eo.nmounts = (size_t)nmounts;
 	ex = executor_new(w.base, &eo);
 
 	memset(&lo, 0, sizeof(lo));
