@@ -118,20 +118,31 @@ char *buf_detach(struct buf *b)
 	return p;
 }
 
-/* Parses a non-negative decimal with an optional fraction; returns chars used. */
+/* Parses a non-negative decimal ("12", "1.5"; no sign, exponent or hex, and
+ * not locale-dependent); returns the characters used, 0 if none. */
 static int parse_number(const char *s, double *out)
 {
-	char *end;
-	double v;
+	double v = 0, scale = 1;
+	int n = 0, digits = 0;
+	bool frac = false;
 
-	if (!(*s >= '0' && *s <= '9'))
-		return 0;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s)
+	for (; s[n]; n++) {
+		if (s[n] >= '0' && s[n] <= '9') {
+			if (frac)
+				v += (s[n] - '0') * (scale /= 10);
+			else
+				v = v * 10 + (s[n] - '0');
+			digits++;
+		} else if (s[n] == '.' && !frac && digits) {
+			frac = true;
+		} else {
+			break;
+		}
+	}
+	if (!digits || s[n - 1] == '.' || v > 1e18)
 		return 0;
 	*out = v;
-	return (int)(end - s);
+	return n;
 }
 
 int duration_parse(const char *s, int64_t *ms)
@@ -139,7 +150,7 @@ int duration_parse(const char *s, int64_t *ms)
 	static const struct { const char *unit; double ms; } units[] = {
 		{ "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 }, { "d", 86400000 },
 	};
-	double total = 0;
+	double total = 0, last_unit = 1e300;
 	int parts = 0;
 
 	if (!s || !*s)
@@ -166,8 +177,9 @@ int duration_parse(const char *s, int64_t *ms)
 				mult = units[i].ms;
 			}
 		}
-		if (!best)
-			return -1;
+		if (!best || mult >= last_unit)
+			return -1; /* unknown unit, or units repeated or out of order */
+		last_unit = mult;
 		s += best;
 		total += v * mult;
 		parts++;
@@ -180,11 +192,18 @@ int duration_parse(const char *s, int64_t *ms)
 
 void duration_format(int64_t ms, char *out, size_t outlen)
 {
-	int64_t h = ms / 3600000, m = (ms / 60000) % 60;
-	double sec = (double)(ms % 60000) / 1000.0;
+	int64_t h, m;
+	double sec;
 	size_t n = 0;
 
+	if (!outlen)
+		return;
 	out[0] = '\0';
+	if (ms < 0)
+		ms = 0;
+	h = ms / 3600000;
+	m = (ms / 60000) % 60;
+	sec = (double)(ms % 60000) / 1000.0;
 	if (h)
 		n += (size_t)snprintf(out + n, outlen - n, "%lldh", (long long)h);
 	if (m && n < outlen)
@@ -203,7 +222,7 @@ int size_parse(const char *s, int64_t *bytes)
 		return -1;
 	s += n;
 	switch (*s) {
-	case '\0': break;
+	case '\0': case 'B': case 'b': break;
 	case 'k': case 'K': mult = 1024.0; s++; break;
 	case 'm': case 'M': mult = 1024.0 * 1024; s++; break;
 	case 'g': case 'G': mult = 1024.0 * 1024 * 1024; s++; break;
