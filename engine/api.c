@@ -896,6 +896,78 @@ static void h_cancel(struct http_req *r, void *arg)
 		call_free(c);
 }
 
+static void h_retry(struct http_req *r, void *arg)
+{
+	static const char sql[] = "select cairn.retry($1::uuid, $2)::text";
+	static const char *const fields[] = { NULL };
+	const char *id = http_param(r, 0);
+	struct call *c;
+
+	if (!run_id_ok(r, id) || !check_fields(r, fields, NULL))
+		return;
+	c = call_new(arg, r);
+	c->s1 = xstrdup(id);
+	if (!submit_query(arg, r, sql, 2, (const char *[]){ id, http_actor(r) }, action_done, c))
+		call_free(c);
+}
+
+static void fork_done(PGresult *res, void *arg)
+{
+	struct call *c = arg;
+
+	if (!pgq_ok(res) || PQntuples(res) != 1) {
+		reply_db_error(c->r, res, "fork");
+	} else {
+		c->a->runs_created++;
+		http_reply_json(c->r, 201, json_pack("{s:s, s:b, s:s}", "run_id", PQgetvalue(res, 0, 0),
+						     "created", 1, "forked_from", c->s1));
+	}
+	call_free(c);
+}
+
+/* POST /v1/runs/{id}/fork {"from": step, "definition"?: new definition}:
+ * a new run that reuses what succeeded upstream of "from". */
+static void h_fork(struct http_req *r, void *arg)
+{
+	static const char sql[] = "select cairn.fork($1::uuid, $2, $3::jsonb, $4)::text";
+	static const char *const fields[] = { "from", NULL };
+	const char *id = http_param(r, 0), *from;
+	json_t *def, *norm = NULL, *errs = NULL;
+	char *def_s = NULL, msg[128];
+	struct call *c;
+
+	if (!run_id_ok(r, id) || !check_fields(r, fields, "definition"))
+		return;
+	from = body_string(r, "from");
+	if (!from || !*from) {
+		http_reply_error(r, 400, "invalid_request", "\"from\" names the step to run again",
+				 json_pack("[o]", detail("$.from", "required")));
+		return;
+	}
+	def = json_object_get(http_body(r), "definition");
+	if (def && !json_is_null(def)) {
+		if (workflow_normalize(def, &norm, &errs) < 0) {
+			size_t n = json_array_size(errs);
+
+			snprintf(msg, sizeof(msg), "invalid workflow definition: %zu error%s", n,
+				 n == 1 ? "" : "s");
+			http_reply_error(r, 400, "invalid_definition", msg, errs);
+			return;
+		}
+		def_s = json_dumps(norm, JSON_COMPACT);
+		json_decref(norm);
+		if (!def_s) {
+			http_reply_error(r, 500, "internal", "could not encode the definition", NULL);
+			return;
+		}
+	}
+	c = call_new(arg, r);
+	c->s1 = xstrdup(id);
+	if (!submit_query(arg, r, sql, 4, (const char *[]){ id, from, def_s, http_actor(r) }, fork_done, c))
+		call_free(c);
+	free(def_s);
+}
+
 /* ---- health and metrics ---- */
 
 static int connected(const struct api *a)
@@ -952,6 +1024,8 @@ static const struct http_route routes[] = {
 	{ "POST", "/v1/runs/*/steps/*/reject", "reject", ROLE_APPROVE, HTTP_JSON_BODY, h_reject },
 	{ "POST", "/v1/runs/*/signals/*", "signal", ROLE_SUBMIT, HTTP_JSON_BODY, h_signal },
 	{ "POST", "/v1/runs/*/cancel", "cancel", ROLE_SUBMIT, HTTP_JSON_BODY, h_cancel },
+	{ "POST", "/v1/runs/*/retry", "retry", ROLE_SUBMIT, HTTP_JSON_BODY, h_retry },
+	{ "POST", "/v1/runs/*/fork", "fork", ROLE_SUBMIT, HTTP_JSON_BODY, h_fork },
 	{ NULL, NULL, NULL, 0, 0, NULL }
 };
 
