@@ -684,6 +684,7 @@ int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 	char err[1024];
 	bool fresh = false;
 	long port = DEV_DEFAULT_PORT;
+	bool port_given = false;
 	pid_t pid;
 	int opt, ret = EXIT_OTHER, n, p;
 	char *end;
@@ -698,6 +699,7 @@ int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 			port = strtol(optarg, &end, 10);
 			if (*end || port < 0 || port > 65535)
 				return usage_error(self, "invalid --port \"%s\"", optarg);
+			port_given = true;
 			break;
 		COMMON_OPT_CASES;
 		}
@@ -767,6 +769,14 @@ int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		if (pid && p > 0) {
 			printf("%-9s already running: pid %ld\n", "cairnd", (long)pid);
 		} else {
+			char old_url[128];
+			const char *colon;
+
+			/* Keep the URL of an earlier dev up when its port is free. */
+			if (!port_given && env_value(&d, "CAIRN_URL", old_url, sizeof(old_url)) &&
+			    (colon = strrchr(old_url, ':')) && atoi(colon + 1) > 0 &&
+			    port_free(atoi(colon + 1)))
+				port = atoi(colon + 1);
 			if (pid)
 				kill(pid, SIGTERM);
 			if (start_cairnd(cn, &d, (int)port, &pid) < 0)
