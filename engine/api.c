@@ -695,7 +695,7 @@ static void events_done(PGresult *res, void *arg)
 	}
 	status = PQgetvalue(res, 0, 0);
 	events = PQgetvalue(res, 0, 2);
-	last = PQgetisnull(res, 0, 1) ? w->after : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	last = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
 	if (strcmp(events, "[]") == 0 && !status_final(status) && !a->draining &&
 	    mono_ms() < w->deadline_ms) {
 		if (w->dirty) {
@@ -718,8 +718,7 @@ static void events_done(PGresult *res, void *arg)
 static void waiter_query(struct waiter *w)
 {
 	static const char sql[] =
-		"select r.status, (select max(e.seq) from (select seq from cairn.events x "
-		"where x.run_id = r.run_id and x.seq > $2::bigint order by x.seq limit " "1000" ") e), "
+		"select r.status, r.last_seq, "
 		"coalesce((select json_agg(json_build_object('seq', e.seq, 'type', e.type, "
 		"'step_id', e.step_id, 'attempt', e.attempt, 'payload', e.payload, 'at', e.at) order by e.seq) "
 		"from (select * from cairn.events x where x.run_id = r.run_id and x.seq > $2::bigint "
