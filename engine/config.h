@@ -76,7 +76,8 @@ enum config_result {
  * progname and summary are shown by --help. Always call config_release
  * afterwards, whatever the result. */
 enum config_result config_load(const struct config_opt *opts, const char *progname,
-			       const char *summary, int argc, char **argv);
+			       const char *summary, int argc, char **argv)
+	__attribute__((warn_unused_result));
 
 /* Prints the option list (as --help does) to out. */
 void config_usage(const struct config_opt *opts, const char *progname, const char *summary,

@@ -525,6 +525,8 @@ struct http_server *http_new(struct event_base *base, const struct http_route *r
 	 * can make us buffer, including chunked bodies. */
 	evhttp_set_max_body_size(s->http, (ev_ssize_t)(opts->max_body * 2 + 4096));
 	evhttp_set_max_headers_size(s->http, 64 * 1024);
+	/* Read and drop the rest of a refused body, so the client sees the 413. */
+	evhttp_set_flags(s->http, EVHTTP_SERVER_LINGERING_CLOSE);
 	evhttp_set_timeout(s->http, CONN_TIMEOUT_S);
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
 					    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH |
