@@ -2,7 +2,8 @@
  * (text-like and incompressible files): full capture, a delta after 1% of
  * it changed, restores; and the lz4 command line on the same bytes, in the
  * same run. Prints a table and one "bench-checkpoint: key=value" line.
- * Usage: bench-checkpoint [MiB] (default 256). Uses $TMPDIR or /tmp. */
+ * Usage: bench-checkpoint [MiB [LZ4 acceleration]] (default 256 MiB, the
+ * library's default acceleration). Uses $TMPDIR or /tmp. */
 #define _GNU_SOURCE
 #include "checkpoint.h"
 #include "log.h"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,13 +89,22 @@ static int run(const char *cmd)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* CPU time of this process (all threads) or of its waited-for children. */
+static int64_t cpu_us(int who)
+{
+	struct rusage ru;
+
+	getrusage(who, &ru);
+	return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+}
+
 static double mbps(uint64_t bytes, int64_t us)
 {
 	return us > 0 ? bytes / (double)us : 0;
 }
 
 /* Times `lz4 -1` on a tar of dir; returns microseconds, or -1. */
-static int64_t time_lz4(const char *dir, const char *tmp, const char *name, uint64_t *in, uint64_t *out)
+static int64_t time_lz4(const char *dir, const char *tmp, const char *name, uint64_t *in, uint64_t *out, int64_t *cpu)
 {
 	char cmd[4096], tarf[1024], lzf[1024];
 	struct stat st;
@@ -109,9 +120,11 @@ static int64_t time_lz4(const char *dir, const char *tmp, const char *name, uint
 	(void)run(cmd);
 	snprintf(cmd, sizeof(cmd), "lz4 -1 -q -f '%s' '%s'", tarf, lzf);
 	t0 = mono_us();
+	*cpu = cpu_us(RUSAGE_CHILDREN);
 	if (run(cmd))
 		return -1;
 	us = mono_us() - t0;
+	*cpu = cpu_us(RUSAGE_CHILDREN) - *cpu;
 	if (stat(tarf, &st) < 0)
 		return -1;
 	*in = st.st_size;
@@ -121,6 +134,14 @@ static int64_t time_lz4(const char *dir, const char *tmp, const char *name, uint
 	unlink(tarf);
 	unlink(lzf);
 	return us;
+}
+
+static void row(const char *what, int64_t us, int64_t cpu, uint64_t bytes, uint64_t raw, uint64_t stored)
+{
+	printf("%-34s %9.1f %9.1f %8.0f", what, us / 1e3, cpu / 1e3, mbps(bytes, us));
+	if (stored)
+		printf(" %7.2f %12llu", (double)raw / stored, (unsigned long long)stored);
+	printf("\n");
 }
 
 static void fresh(const char *path)
@@ -138,10 +159,16 @@ int main(int argc, char **argv)
 	struct checkpoint_result full, delta, textfull;
 	struct checkpoint_manifest *rm = NULL;
 	char *buf;
-	int64_t t0, us_full, us_delta, us_text, us_restore, us_restore2, us_restore3, us_lz4, us_lz4_text;
+	int64_t t0, c0, us_full, us_delta, us_text, us_restore, us_restore2, us_restore3, us_lz4, us_lz4_text;
+	int64_t cpu_full, cpu_delta, cpu_text, cpu_restore, cpu_restore2, cpu_restore3, cpu_lz4 = 0, cpu_lz4_text = 0;
 	uint64_t lz_in = 0, lz_out = 0, lzt_in = 0, lzt_out = 0;
 
+	struct checkpoint_options copt;
+
 	log_init("bench-checkpoint", LOG_INFO);
+	checkpoint_options_init(&copt);
+	if (argc > 2)
+		copt.acceleration = atoi(argv[2]);
 	if (!mib || mib > 16384)
 		die("usage: bench-checkpoint [MiB]");
 	snprintf(tmp, sizeof(tmp), "%s/cn-bench.XXXXXX", t && *t ? t : "/tmp");
@@ -197,13 +224,17 @@ int main(int argc, char **argv)
 
 	/* full checkpoint of the text part alone, then of everything */
 	t0 = mono_us();
-	if (checkpoint_capture(text, NULL, NULL, &textfull, err, sizeof(err)) < 0)
+	c0 = cpu_us(RUSAGE_SELF);
+	if (checkpoint_capture(text, NULL, &copt, &textfull, err, sizeof(err)) < 0)
 		die("text capture: %s", err);
 	us_text = mono_us() - t0;
+	cpu_text = cpu_us(RUSAGE_SELF) - c0;
 	t0 = mono_us();
-	if (checkpoint_capture(ws, NULL, NULL, &full, err, sizeof(err)) < 0)
+	c0 = cpu_us(RUSAGE_SELF);
+	if (checkpoint_capture(ws, NULL, &copt, &full, err, sizeof(err)) < 0)
 		die("full capture: %s", err);
 	us_full = mono_us() - t0;
+	cpu_full = cpu_us(RUSAGE_SELF) - c0;
 
 	/* change 1%: one block in each big text file, rewrite some small
 	 * files, append to one, delete some, add some */
@@ -242,9 +273,11 @@ int main(int argc, char **argv)
 		(void)run(cmd);
 	}
 	t0 = mono_us();
-	if (checkpoint_capture(ws, full.manifest, NULL, &delta, err, sizeof(err)) < 0)
+	c0 = cpu_us(RUSAGE_SELF);
+	if (checkpoint_capture(ws, full.manifest, &copt, &delta, err, sizeof(err)) < 0)
 		die("delta capture: %s", err);
 	us_delta = mono_us() - t0;
+	cpu_delta = cpu_us(RUSAGE_SELF) - c0;
 
 	/* restores */
 	snprintf(r1, sizeof(r1), "%s/r1", tmp);
@@ -260,45 +293,46 @@ int main(int argc, char **argv)
 		};
 
 		t0 = mono_us();
+	c0 = cpu_us(RUSAGE_SELF);
 		if (checkpoint_restore(r1, chain, 1, full.tree_hash, NULL, NULL, err, sizeof(err)) < 0)
 			die("restore: %s", err);
 		us_restore = mono_us() - t0;
+	cpu_restore = cpu_us(RUSAGE_SELF) - c0;
 		t0 = mono_us();
+	c0 = cpu_us(RUSAGE_SELF);
 		if (checkpoint_restore(r2, chain, 2, delta.tree_hash, NULL, &rm, err, sizeof(err)) < 0)
 			die("restore of full + delta: %s", err);
 		us_restore2 = mono_us() - t0;
+	cpu_restore2 = cpu_us(RUSAGE_SELF) - c0;
 		{
 			struct checkpoint_options o;
 
 			checkpoint_options_init(&o);
 			o.verify_data = true;
 			t0 = mono_us();
+	c0 = cpu_us(RUSAGE_SELF);
 			if (checkpoint_restore(r3, chain, 1, full.tree_hash, &o, NULL, err, sizeof(err)) < 0)
 				die("restore with verify_data: %s", err);
 			us_restore3 = mono_us() - t0;
+	cpu_restore3 = cpu_us(RUSAGE_SELF) - c0;
 		}
 	}
 
 	/* the lz4 command line on the same bytes */
-	us_lz4 = time_lz4(ws, tmp, "ws", &lz_in, &lz_out);
-	us_lz4_text = time_lz4(text, tmp, "text", &lzt_in, &lzt_out);
+	us_lz4 = time_lz4(ws, tmp, "ws", &lz_in, &lz_out, &cpu_lz4);
+	us_lz4_text = time_lz4(text, tmp, "text", &lzt_in, &lzt_out, &cpu_lz4_text);
 
-	printf("%-34s %10s %10s %10s %12s\n", "", "time ms", "MB/s", "ratio", "stored bytes");
-	printf("%-34s %10.1f %10.0f %10.2f %12zu\n", "full checkpoint, text only", us_text / 1e3,
-	       mbps(textfull.tree_bytes, us_text), (double)textfull.raw_size / textfull.stored_size, textfull.stored_size);
-	printf("%-34s %10.1f %10.0f %10.2f %12zu\n", "full checkpoint, mixed", us_full / 1e3,
-	       mbps(full.tree_bytes, us_full), (double)full.raw_size / full.stored_size, full.stored_size);
-	printf("%-34s %10.1f %10.0f %10.2f %12zu\n", "delta checkpoint (1% changed)", us_delta / 1e3,
-	       mbps(delta.data_bytes, us_delta), (double)delta.raw_size / delta.stored_size, delta.stored_size);
-	printf("%-34s %10.1f %10.0f\n", "restore full", us_restore / 1e3, mbps(full.tree_bytes, us_restore));
-	printf("%-34s %10.1f %10.0f\n", "restore full + delta", us_restore2 / 1e3, mbps(delta.tree_bytes, us_restore2));
-	printf("%-34s %10.1f %10.0f\n", "restore full, rehashing all data", us_restore3 / 1e3, mbps(full.tree_bytes, us_restore3));
+	printf("%-34s %9s %9s %8s %7s %12s\n", "", "wall ms", "cpu ms", "MB/s", "ratio", "stored bytes");
+	row("full checkpoint, text only", us_text, cpu_text, textfull.tree_bytes, textfull.raw_size, textfull.stored_size);
+	row("full checkpoint, mixed", us_full, cpu_full, full.tree_bytes, full.raw_size, full.stored_size);
+	row("delta checkpoint (1% changed)", us_delta, cpu_delta, delta.data_bytes, delta.raw_size, delta.stored_size);
+	row("restore full", us_restore, cpu_restore, full.tree_bytes, 0, 0);
+	row("restore full + delta", us_restore2, cpu_restore2, delta.tree_bytes, 0, 0);
+	row("restore full, rehashing all data", us_restore3, cpu_restore3, full.tree_bytes, 0, 0);
 	if (us_lz4 >= 0)
-		printf("%-34s %10.1f %10.0f %10.2f %12llu\n", "lz4 -1 CLI, tar of mixed", us_lz4 / 1e3,
-		       mbps(lz_in, us_lz4), (double)lz_in / lz_out, (unsigned long long)lz_out);
+		row("lz4 -1 CLI, tar of mixed", us_lz4, cpu_lz4, lz_in, lz_in, lz_out);
 	if (us_lz4_text >= 0)
-		printf("%-34s %10.1f %10.0f %10.2f %12llu\n", "lz4 -1 CLI, tar of text only", us_lz4_text / 1e3,
-		       mbps(lzt_in, us_lz4_text), (double)lzt_in / lzt_out, (unsigned long long)lzt_out);
+		row("lz4 -1 CLI, tar of text only", us_lz4_text, cpu_lz4_text, lzt_in, lzt_in, lzt_out);
 	printf("tree %llu bytes, %llu entries; delta carried %llu bytes of %llu changed, hashed %llu; "
 	       "delta/full time %.1f%%\n",
 	       (unsigned long long)full.tree_bytes, (unsigned long long)full.entries,
@@ -307,7 +341,8 @@ int main(int argc, char **argv)
 	printf("bench-checkpoint: tree_bytes=%llu full_ms=%.1f full_mbps=%.0f full_ratio=%.3f full_stored=%zu "
 	       "text_mbps=%.0f text_ratio=%.3f delta_ms=%.1f delta_stored=%zu delta_pct_of_full=%.1f "
 	       "restore_ms=%.1f restore_mbps=%.0f restore_chain_ms=%.1f restore_chain_mbps=%.0f restore_verify_mbps=%.0f "
-	       "lz4cli_mbps=%.0f lz4cli_ratio=%.3f lz4cli_text_mbps=%.0f lz4cli_text_ratio=%.3f\n",
+	       "lz4cli_mbps=%.0f lz4cli_ratio=%.3f lz4cli_text_mbps=%.0f lz4cli_text_ratio=%.3f "
+	       "full_cpu_ms=%.0f text_cpu_ms=%.0f restore_cpu_ms=%.0f lz4cli_text_cpu_ms=%.0f\n",
 	       (unsigned long long)full.tree_bytes, us_full / 1e3, mbps(full.tree_bytes, us_full),
 	       (double)full.raw_size / full.stored_size, full.stored_size,
 	       mbps(textfull.tree_bytes, us_text), (double)textfull.raw_size / textfull.stored_size,
@@ -315,7 +350,8 @@ int main(int argc, char **argv)
 	       us_restore / 1e3, mbps(full.tree_bytes, us_restore),
 	       us_restore2 / 1e3, mbps(delta.tree_bytes, us_restore2), mbps(full.tree_bytes, us_restore3),
 	       us_lz4 >= 0 ? mbps(lz_in, us_lz4) : 0, lz_out ? (double)lz_in / lz_out : 0,
-	       us_lz4_text >= 0 ? mbps(lzt_in, us_lz4_text) : 0, lzt_out ? (double)lzt_in / lzt_out : 0);
+	       us_lz4_text >= 0 ? mbps(lzt_in, us_lz4_text) : 0, lzt_out ? (double)lzt_in / lzt_out : 0,
+	       cpu_full / 1e3, cpu_text / 1e3, cpu_restore / 1e3, cpu_lz4_text / 1e3);
 
 	checkpoint_manifest_free(rm);
 	checkpoint_result_release(&full);

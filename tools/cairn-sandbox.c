@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "log.h"
 #include "sandbox.h"
 #include "util.h"
@@ -143,6 +145,84 @@ static bool stream_pump(struct stream *s)
 	}
 }
 
+/* The loop's state: one sandbox, its two streams, the timeout. */
+struct run {
+	struct event_base *base;
+	struct sandbox_proc *p;
+	struct stream *so, *se;
+	struct event *ev_timer;
+	int wst;
+	bool killing;
+};
+
+static void check_done(struct run *r)
+{
+	/* Every writer of the pipes is in the sandbox: once init is gone
+	 * they hit EOF right away. */
+	if (r->p->reaped && r->so->eof && r->se->eof)
+		event_base_loopbreak(r->base);
+}
+
+static void on_output(evutil_socket_t fd, short what, void *arg)
+{
+	struct run *r = arg;
+	struct stream *s = fd == r->so->rd ? r->so : r->se;
+
+	(void)what;
+	if (stream_pump(s) && r->p->limits.output_kill && !r->p->output_capped) {
+		r->p->output_capped = true;
+		sandbox_kill(r->p);
+	}
+	if (s->eof)
+		event_del(fd == r->so->rd ? NULL : NULL), (void)0;
+	check_done(r);
+}
+
+static void on_exit(evutil_socket_t fd, short what, void *arg)
+{
+	struct run *r = arg;
+
+	(void)fd;
+	(void)what;
+	if (sandbox_reap(r->p, &r->wst) != 0) {
+		struct timeval tv = { 1, 0 };
+
+		/* Drain the pipes, but never wait long for them. */
+		stream_pump(r->so);
+		stream_pump(r->se);
+		r->so->eof = r->so->eof || r->so->rd < 0;
+		evtimer_del(r->ev_timer);
+		event_base_loopexit(r->base, &tv);
+		check_done(r);
+	}
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct run *r = arg;
+	struct timeval tv;
+
+	(void)fd;
+	(void)what;
+	if (!r->p->timed_out) {
+		r->p->timed_out = true;
+		sandbox_terminate(r->p);
+		tv.tv_sec = r->p->limits.kill_grace_ms / 1000;
+		tv.tv_usec = (r->p->limits.kill_grace_ms % 1000) * 1000;
+	} else {
+		sandbox_kill(r->p);
+		tv.tv_sec = 1;
+		tv.tv_usec = 0;
+	}
+	evtimer_add(r->ev_timer, &tv);
+}
+
+static void proxy_log(void *arg, const char *line)
+{
+	(void)arg;
+	fprintf(stderr, "%s\n", line);
+}
+
 static json_t *profile_obj(json_t **profile)
 {
 	if (!*profile)
@@ -199,7 +279,12 @@ int main(int argc, char **argv)
 	struct stream so = { -1, 1, 0, 0, false, false }, se = { -1, 2, 0, 0, false, false };
 	char err[512], tmpws[] = "/tmp/cairn-sandbox.XXXXXX";
 	const char *ws = NULL, *status_file = NULL;
-	int64_t timeout_ms = 600000, deadline, kill_at = -1;
+	int64_t timeout_ms = 600000;
+	struct event_base *base = NULL;
+	struct event *ev_exit = NULL, *ev_out = NULL, *ev_err = NULL;
+	struct sandbox_proxy *proxy = NULL;
+	struct sandbox_limits lim;
+	struct run run;
 	int opt, ret = 125, wst = 0, outp[2] = { -1, -1 }, errp[2] = { -1, -1 };
 	bool quiet = false, made_ws = false, spawned = false;
 
@@ -328,6 +413,24 @@ int main(int argc, char **argv)
 	o.stdout_fd = outp[1];
 	o.stderr_fd = errp[1];
 	signal(SIGPIPE, SIG_IGN);
+	memset(&run, 0, sizeof(run));
+	base = event_base_new();
+	if (!base) {
+		fprintf(stderr, "cairn-sandbox: could not create an event loop\n");
+		goto out;
+	}
+	if (sandbox_limits_parse(profile, &lim, err, sizeof(err)) < 0) {
+		fprintf(stderr, "cairn-sandbox: %s\n", err);
+		goto out;
+	}
+	if (lim.egress) {
+		if (sandbox_proxy_new(base, json_object_get(profile, "network"), proxy_log, NULL, &proxy,
+				      err, sizeof(err)) < 0) {
+			fprintf(stderr, "cairn-sandbox: %s\n", err);
+			goto out;
+		}
+		o.proxy = proxy;
+	}
 	if (sandbox_spawn(&o, &p, err, sizeof(err)) < 0) {
 		fprintf(stderr, "cairn-sandbox: %s\n", err);
 		goto out;
@@ -342,49 +445,32 @@ int main(int argc, char **argv)
 	fcntl(so.rd, F_SETFL, O_NONBLOCK);
 	fcntl(se.rd, F_SETFL, O_NONBLOCK);
 
-	deadline = mono_ms() + timeout_ms;
-	for (;;) {
-		struct pollfd pfd[3] = { { p.pidfd, POLLIN, 0 }, { so.eof ? -1 : so.rd, POLLIN, 0 },
-					 { se.eof ? -1 : se.rd, POLLIN, 0 } };
-		int64_t now = mono_ms(), wait_ms = (kill_at >= 0 ? kill_at : deadline) - now;
-		int rc;
+	run.p = &p;
+	run.so = &so;
+	run.se = &se;
+	run.base = base;
+	ev_exit = event_new(base, p.pidfd, EV_READ | EV_PERSIST, on_exit, &run);
+	ev_out = event_new(base, so.rd, EV_READ | EV_PERSIST, on_output, &run);
+	ev_err = event_new(base, se.rd, EV_READ | EV_PERSIST, on_output, &run);
+	run.ev_timer = evtimer_new(base, on_timer, &run);
+	if (!ev_exit || !ev_out || !ev_err || !run.ev_timer) {
+		fprintf(stderr, "cairn-sandbox: could not set up the event loop\n");
+		sandbox_kill(&p);
+	} else {
+		struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 
-		if (wait_ms < 0)
-			wait_ms = 0;
-		rc = poll(pfd, 3, (int)(wait_ms > 1000 ? 1000 : wait_ms));
-		if (rc < 0 && errno != EINTR) {
-			fprintf(stderr, "cairn-sandbox: poll: %s\n", strerror(errno));
-			break;
-		}
-		if (stream_pump(&so) | stream_pump(&se)) {
-			if (p.limits.output_kill && !p.output_capped) {
-				p.output_capped = true;
-				sandbox_kill(&p);
-			}
-		}
-		if (pfd[0].revents & POLLIN) {
-			if (sandbox_reap(&p, &wst) != 0)
-				break;
-		}
-		now = mono_ms();
-		if (!p.timed_out && now >= deadline) {
-			p.timed_out = true;
-			sandbox_terminate(&p);
-			kill_at = now + p.limits.kill_grace_ms;
-		} else if (kill_at >= 0 && now >= kill_at) {
-			sandbox_kill(&p);
-			kill_at = now + 1000;
-		}
+		event_add(ev_exit, NULL);
+		event_add(ev_out, NULL);
+		event_add(ev_err, NULL);
+		evtimer_add(run.ev_timer, &tv);
+		event_base_dispatch(base);
 	}
-	/* Whatever is still in the pipes (every writer is gone now). */
-	while (!so.eof || !se.eof) {
-		struct pollfd pfd[2] = { { so.eof ? -1 : so.rd, POLLIN, 0 }, { se.eof ? -1 : se.rd, POLLIN, 0 } };
-
-		if (poll(pfd, 2, 1000) <= 0)
-			break;
-		stream_pump(&so);
-		stream_pump(&se);
+	if (!p.reaped) {
+		sandbox_kill(&p);
+		while (sandbox_reap(&p, &run.wst) == 0)
+			usleep(1000);
 	}
+	wst = run.wst;
 	sandbox_outcome(&p, wst, &r);
 	if (status_file && write_status(status_file, &r) < 0)
 		fprintf(stderr, "cairn-sandbox: could not write \"%s\"\n", status_file);
@@ -399,6 +485,17 @@ int main(int argc, char **argv)
 out:
 	if (spawned)
 		sandbox_release(&p);
+	if (ev_exit)
+		event_free(ev_exit);
+	if (ev_out)
+		event_free(ev_out);
+	if (ev_err)
+		event_free(ev_err);
+	if (run.ev_timer)
+		event_free(run.ev_timer);
+	sandbox_proxy_free(proxy);
+	if (base)
+		event_base_free(base);
 	for (int i = 0; i < 2; i++) {
 		if (outp[i] >= 0)
 			close(outp[i]);

@@ -88,7 +88,7 @@ const char *cairn_setting(const char *name);
  * reference; caller decrefs). Otherwise prints the server's error (message
  * and details) and returns the matching exit code. */
 int api_call(struct cairn *cn, const char *method, const char *path, json_t *body,
-	     const char *extra_header, int wait_s, json_t **out);
+	     const char *extra_header, int wait_s, json_t **out) WARN_UNUSED;
 
 /* Prints a JSON value to stdout, indented, with a newline. */
 void print_json(const json_t *v);
@@ -103,7 +103,7 @@ json_t *parse_json_arg(const char *arg, const char *what);
 char *find_program(const struct cairn *cn, const char *name);
 /* Connects with libpq to dsn (CAIRN_DATABASE_URL when NULL). Returns
  * EXIT_OK and the connection, or prints why and returns an exit code. */
-int db_connect(const char *dsn, PGconn **out);
+int db_connect(const char *dsn, PGconn **out) WARN_UNUSED;
 
 /* Handlers. */
 int cmd_submit(struct cairn *cn, const struct cmd *self, int argc, char **argv);
@@ -116,6 +116,8 @@ int cmd_approve(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 int cmd_reject(struct cairn *cn, const struct cmd *self, int argc, char **argv);
 int cmd_signal(struct cairn *cn, const struct cmd *self, int argc, char **argv);
 int cmd_cancel(struct cairn *cn, const struct cmd *self, int argc, char **argv);
+int cmd_retry(struct cairn *cn, const struct cmd *self, int argc, char **argv);
+int cmd_fork(struct cairn *cn, const struct cmd *self, int argc, char **argv);
 int cmd_sandbox(struct cairn *cn, const struct cmd *self, int argc, char **argv);
 int cmd_token_create(struct cairn *cn, const struct cmd *self, int argc, char **argv);
 int cmd_db_migrate(struct cairn *cn, const struct cmd *self, int argc, char **argv);

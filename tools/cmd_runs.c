@@ -620,3 +620,72 @@ out:
 	json_decref(reply);
 	return ret;
 }
+
+int cmd_fork(struct cairn *cn, const struct cmd *self, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "from", required_argument, NULL, 'f' },
+		{ "definition", required_argument, NULL, 'd' },
+		{ "watch", no_argument, NULL, 'W' },
+		COMMON_LONGOPTS,
+		{ NULL, 0, NULL, 0 }
+	};
+	const char *from = NULL, *file = NULL, *run_id;
+	struct buf path = BUF_INIT;
+	json_t *def = NULL, *body = NULL, *reply = NULL;
+	json_error_t jerr;
+	bool watch = false;
+	int opt, ret;
+
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'f':
+			from = optarg;
+			break;
+		case 'd':
+			file = optarg;
+			break;
+		case 'W':
+			watch = true;
+			break;
+		COMMON_OPT_CASES;
+		}
+	}
+	if (optind != argc - 1)
+		return usage_error(self, "expected one run id");
+	if (!from)
+		return usage_error(self, "--from names the step to run again");
+	body = json_pack("{ss}", "from", from);
+	if (file) {
+		def = strcmp(file, "-") == 0 ? json_loadf(stdin, 0, &jerr) : json_load_file(file, 0, &jerr);
+		if (!def) {
+			ret = fail(EXIT_INVALID, "could not read workflow \"%s\": %s (line %d)", file,
+				   jerr.text, jerr.line);
+			goto out;
+		}
+		json_object_set(body, "definition", def);
+	}
+	run_path(&path, argv[optind], "/fork");
+	ret = api_call(cn, "POST", path.data, body, NULL, 0, &reply);
+	if (ret != EXIT_OK)
+		goto out;
+	run_id = json_string_value(json_object_get(reply, "run_id"));
+	if (!run_id) {
+		ret = fail(EXIT_OTHER, "server reply has no run_id");
+		goto out;
+	}
+	if (cn->json && !watch)
+		print_json(reply);
+	else
+		printf("%s\n", run_id);
+	fflush(stdout);
+	if (watch)
+		ret = watch_run(cn, run_id, false);
+out:
+	buf_release(&path);
+	json_decref(def);
+	json_decref(body);
+	json_decref(reply);
+	return ret;
+}

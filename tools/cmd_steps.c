@@ -1,5 +1,5 @@
-/* cmd_steps: the commands that act on a running run through cairnd:
- * approve, reject, signal, cancel. */
+/* cmd_steps: the commands that act on an existing run through cairnd:
+ * approve, reject, signal, cancel, retry. */
 #include "config.h"
 #include "cairn.h"
 #include "client.h"
@@ -148,6 +148,56 @@ int cmd_cancel(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		print_json(reply);
 	else
 		printf("cancelled run %s\n", argv[optind]);
+out:
+	buf_release(&path);
+	json_decref(body);
+	json_decref(reply);
+	return ret;
+}
+
+int cmd_retry(struct cairn *cn, const struct cmd *self, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "watch", no_argument, NULL, 'W' },
+		COMMON_LONGOPTS,
+		{ NULL, 0, NULL, 0 }
+	};
+	struct buf path = BUF_INIT;
+	json_t *body = NULL, *reply = NULL, *steps, *st;
+	bool watch = false;
+	size_t i;
+	int opt, ret;
+
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'W':
+			watch = true;
+			break;
+		COMMON_OPT_CASES;
+		}
+	}
+	if (optind != argc - 1)
+		return usage_error(self, "expected one run id");
+	buf_adds(&path, "/v1/runs/");
+	url_escape(&path, argv[optind]);
+	buf_adds(&path, "/retry");
+	body = json_object();
+	ret = api_call(cn, "POST", path.data, body, NULL, 0, &reply);
+	if (ret != EXIT_OK)
+		goto out;
+	if (cn->json && !watch) {
+		print_json(reply);
+	} else {
+		printf("retrying run %s:", argv[optind]);
+		steps = json_object_get(json_object_get(reply, "result"), "steps");
+		json_array_foreach(steps, i, st)
+			printf(" %s", json_string_value(st) ? json_string_value(st) : "?");
+		printf("\n");
+	}
+	fflush(stdout);
+	if (watch)
+		ret = watch_run(cn, argv[optind], false);
 out:
 	buf_release(&path);
 	json_decref(body);
