@@ -150,7 +150,7 @@ struct run {
 	struct event_base *base;
 	struct sandbox_proc *p;
 	struct stream *so, *se;
-	struct event *ev_timer;
+	struct event *ev_timer, *ev_out, *ev_err;
 	int wst;
 	bool killing;
 };
@@ -174,7 +174,7 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
 		sandbox_kill(r->p);
 	}
 	if (s->eof)
-		event_del(fd == r->so->rd ? NULL : NULL), (void)0;
+		event_del(s == r->so ? r->ev_out : r->ev_err);
 	check_done(r);
 }
 
@@ -190,7 +190,6 @@ static void on_exit(evutil_socket_t fd, short what, void *arg)
 		/* Drain the pipes, but never wait long for them. */
 		stream_pump(r->so);
 		stream_pump(r->se);
-		r->so->eof = r->so->eof || r->so->rd < 0;
 		evtimer_del(r->ev_timer);
 		event_base_loopexit(r->base, &tv);
 		check_done(r);
@@ -453,6 +452,8 @@ int main(int argc, char **argv)
 	ev_out = event_new(base, so.rd, EV_READ | EV_PERSIST, on_output, &run);
 	ev_err = event_new(base, se.rd, EV_READ | EV_PERSIST, on_output, &run);
 	run.ev_timer = evtimer_new(base, on_timer, &run);
+	run.ev_out = ev_out;
+	run.ev_err = ev_err;
 	if (!ev_exit || !ev_out || !ev_err || !run.ev_timer) {
 		fprintf(stderr, "cairn-sandbox: could not set up the event loop\n");
 		sandbox_kill(&p);
