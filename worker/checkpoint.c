@@ -157,6 +157,14 @@ static void hasher_end(struct hasher *h, uint8_t *out)
 	h->ctx = NULL;
 }
 
+/* Length of block i of a file of the given size. */
+static size_t old_block_len(uint64_t size, uint32_t i)
+{
+	uint64_t start = (uint64_t)i * CHECKPOINT_BLOCK_SIZE;
+
+	return size <= start ? 0 : size - start < CHECKPOINT_BLOCK_SIZE ? size - start : CHECKPOINT_BLOCK_SIZE;
+}
+
 /* A file's content hash: SHA-256 of its size and its block hashes. */
 static void file_hash(uint64_t size, const uint8_t (*blocks)[CHECKPOINT_HASH_LEN], uint32_t n, uint8_t *out)
 {
@@ -482,6 +490,26 @@ static int dircache_parent(struct dircache *dc, const char *path, const char **l
 	return cur;
 }
 
+/* Opens path beneath rootfd like dircache_parent + openat(O_NOFOLLOW),
+ * without a cache, for use from several threads. */
+static int open_beneath(int rootfd, const char *path, int flags)
+{
+	struct dircache dc;
+	const char *leaf;
+	int pfd, fd;
+
+	dircache_init(&dc, rootfd);
+	pfd = dircache_parent(&dc, path, &leaf);
+	fd = pfd < 0 ? -1 : openat(pfd, leaf, flags | O_NOFOLLOW | O_CLOEXEC);
+	{
+		int e = errno;
+
+		dircache_drop(&dc);
+		errno = e;
+	}
+	return fd;
+}
+
 /* Removes everything inside the directory open as fd. */
 static int empty_fd(int fd, int depth, char *err, size_t errlen)
 {
@@ -565,6 +593,11 @@ struct chunk {
 	size_t nhashes, hcap;
 	int accel;
 	bool verify;		/* restore: hash the blocks */
+	/* delta capture: hash blocks [first, first + count) of entry */
+	struct checkpoint_entry *entry;
+	uint32_t first, count;
+	size_t index;		/* of entry in the manifest */
+	int rootfd;
 	int rc;
 	char err[200];
 	bool done;
@@ -1024,6 +1057,208 @@ out:
 	return rc;
 }
 
+static bool same_stat(const struct checkpoint_entry *e, const struct stat *st)
+{
+	return e->has_stat && e->dev == (uint64_t)st->st_dev && e->ino == (uint64_t)st->st_ino &&
+	       e->size == (uint64_t)st->st_size &&
+	       e->mtime_ns == (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec &&
+	       e->ctime_ns == (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+/* Hashes a range of blocks of a file, on a pool thread. */
+static void hash_job(struct chunk *c)
+{
+	struct checkpoint_entry *e = c->entry;
+	struct stat st;
+	int fd = open_beneath(c->rootfd, e->path, O_RDONLY | O_NONBLOCK);
+
+	c->rc = -1;
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || !same_stat(e, &st))
+		goto out;
+	if (c->rawcap < CHECKPOINT_BLOCK_SIZE) {
+		free(c->raw);
+		c->raw = xmalloc(CHECKPOINT_BLOCK_SIZE);
+		c->rawcap = CHECKPOINT_BLOCK_SIZE;
+	}
+	for (uint32_t i = c->first; i < c->first + c->count; i++) {
+		size_t len = old_block_len(e->size, i), got = 0;
+
+		while (got < len) {
+			ssize_t r = pread(fd, c->raw + got, len - got, (off_t)i * CHECKPOINT_BLOCK_SIZE + got);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				goto out;
+			got += r;
+		}
+		sha256(c->raw, len, e->blocks[i]);
+	}
+	c->rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+}
+
+/* For a delta: hashes, on the pool threads, every file whose stat hint
+ * does not vouch for it. Sets e->blocks and e->hash and marks the entry
+ * prehashed (has_stat stays from the walk); a file that changed since the
+ * walk is left for cap_file to read on its own. */
+static void cap_prehash(struct capture *cp, uint8_t *prehashed)
+{
+	struct pool pool;
+	int nth = cp->opt.threads > 1 ? cp->opt.threads : 0;
+	size_t cap = nth ? 2 * (size_t)nth + 1 : 1, nch = cap, bi = 0, k = 0;
+	struct chunk **ch = xcalloc(nch, sizeof(*ch));
+	struct { size_t entry; uint32_t first, count; } *jobs = NULL;
+	size_t njobs = 0, jcap = 0, next = 0;
+	uint8_t *failed = xcalloc(cp->m->n + 1, 1);
+
+	for (size_t j = 0; j < cp->m->n; j++) {
+		struct checkpoint_entry *e = &cp->m->e[j];
+		const struct checkpoint_entry *b;
+
+		if (e->type != CHECKPOINT_FILE)
+			continue;
+		while (bi < cp->base->n && strcmp(cp->base->e[bi].path, e->path) < 0)
+			bi++;
+		if (bi >= cp->base->n || strcmp(cp->base->e[bi].path, e->path))
+			continue;
+		b = &cp->base->e[bi];
+		if (b->type != CHECKPOINT_FILE || !b->blocks || hint_unchanged(cp, e, b) || e->size > cp->opt.max_total_size)
+			continue;
+		e->nblocks = (e->size + CHECKPOINT_BLOCK_SIZE - 1) / CHECKPOINT_BLOCK_SIZE;
+		e->blocks = xmalloc((size_t)e->nblocks * CHECKPOINT_HASH_LEN + 1);
+		prehashed[j] = 1;
+		for (uint32_t f = 0; f < e->nblocks; f += 64) {
+			if (njobs == jcap) {
+				jcap = jcap ? 2 * jcap : 64;
+				jobs = xrealloc(jobs, jcap * sizeof(*jobs));
+			}
+			jobs[njobs].entry = j;
+			jobs[njobs].first = f;
+			jobs[njobs].count = e->nblocks - f < 64 ? e->nblocks - f : 64;
+			njobs++;
+		}
+	}
+	pool_init(&pool, nth, cap + 1, hash_job);
+	for (size_t i = 0; i < nch; i++)
+		ch[i] = xcalloc(1, sizeof(struct chunk));
+	for (k = 0; k < njobs; k++) {
+		struct chunk *c;
+
+		while (next < njobs && pool_inflight(&pool) < nch) {
+			c = ch[next % nch];
+			c->entry = &cp->m->e[jobs[next].entry];
+			c->first = jobs[next].first;
+			c->count = jobs[next].count;
+			c->rootfd = cp->rootfd;
+			c->index = jobs[next].entry;
+			pool_submit(&pool, c);
+			next++;
+		}
+		c = pool_collect(&pool);
+		if (c->rc)
+			failed[c->index] = 1;
+		else
+			cp->res->hashed_bytes += (uint64_t)c->count * CHECKPOINT_BLOCK_SIZE;
+	}
+	pool_release(&pool);
+	for (size_t j = 0; j < cp->m->n; j++) {
+		struct checkpoint_entry *e = &cp->m->e[j];
+
+		if (!prehashed[j])
+			continue;
+		if (failed[j]) {
+			prehashed[j] = 0;
+			free(e->blocks);
+			e->blocks = NULL;
+			continue;
+		}
+		file_hash(e->size, (const uint8_t (*)[CHECKPOINT_HASH_LEN])e->blocks, e->nblocks, e->hash);
+	}
+	for (size_t i = 0; i < nch; i++)
+		chunk_free(ch[i]);
+	free(ch);
+	free(jobs);
+	free(failed);
+}
+
+/* Emits the blocks of a prehashed file that differ from b, reading only
+ * those; each block read is hashed again, so what is sent is exact. */
+static int cap_file_prehashed(struct capture *cp, struct checkpoint_entry *e, const struct checkpoint_entry *b)
+{
+	const char *leaf;
+	struct stat st;
+	int pfd, fd = -1, rc = -1;
+	bool emitted = false;
+
+	pfd = dircache_parent(&cp->dc, e->path, &leaf);
+	if (pfd < 0 || (fd = openat(pfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0) {
+		seterr(cp->err, cp->errlen, "could not open \"%s\": %m", e->path);
+		goto out;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || !same_stat(e, &st)) {
+		seterr(cp->err, cp->errlen, "\"%s\" changed while being checkpointed", e->path);
+		goto out;
+	}
+	e->mode = st.st_mode & 0777;
+	for (uint32_t i = 0; i < e->nblocks; i++) {
+		size_t len = old_block_len(e->size, i), elen, got = 0;
+		uint8_t *p, *q, h[CHECKPOINT_HASH_LEN];
+
+		if (i < b->nblocks && !memcmp(b->blocks[i], e->blocks[i], CHECKPOINT_HASH_LEN))
+			continue;
+		elen = emitted ? 0 : entry_len(e);
+		if (!(p = cap_room(cp, elen + BLOCK_HDR + len)))
+			goto out;
+		q = p;
+		if (!emitted)
+			q += put_entry(q, e, ENTRY_PATCH);
+		q[0] = REC_BLOCK;
+		q[1] = q[2] = q[3] = 0;
+		put32(q + 4, i);
+		put32(q + 8, len);
+		memcpy(q + 12, e->blocks[i], CHECKPOINT_HASH_LEN);
+		while (got < len) {
+			ssize_t r = pread(fd, q + BLOCK_HDR + got, len - got, (off_t)i * CHECKPOINT_BLOCK_SIZE + got);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				seterr(cp->err, cp->errlen, "could not read \"%s\": %s", e->path,
+				       r < 0 ? strerror(errno) : "file shrank");
+				goto out;
+			}
+			got += r;
+		}
+		sha256(q + BLOCK_HDR, len, h);
+		if (memcmp(h, e->blocks[i], CHECKPOINT_HASH_LEN)) {
+			seterr(cp->err, cp->errlen, "\"%s\" changed while being checkpointed", e->path);
+			goto out;
+		}
+		if (!emitted) {
+			cp->res->changed++;
+			note_path(cp->res->changed_paths, e->path);
+		}
+		emitted = true;
+		cp->cur->rawlen += (q - p) + BLOCK_HDR + len;
+		cp->res->data_bytes += len;
+	}
+	if (!emitted && (b->size != e->size || b->mode != e->mode || memcmp(b->hash, e->hash, CHECKPOINT_HASH_LEN))) {
+		if (cap_emit_entry(cp, e, ENTRY_PATCH) < 0)
+			goto out;
+		emitted = true;
+	}
+	if (emitted && cap_emit_file_end(cp, e->hash) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* Collects the entries under dirfd into cp->m, unsorted. */
 static int cap_walk(struct capture *cp, int dirfd, const char *prefix, int depth)
 {
@@ -1162,6 +1397,7 @@ int checkpoint_capture(const char *dir, const struct checkpoint_manifest *base,
 {
 	struct capture cp;
 	struct checkpoint_result *res = out;
+	uint8_t *prehashed = NULL;
 	size_t bi = 0;
 	int rc = -1;
 
@@ -1229,6 +1465,9 @@ int checkpoint_capture(const char *dir, const struct checkpoint_manifest *base,
 		}
 		free(del);
 	}
+	prehashed = xcalloc(cp.m->n + 1, 1);
+	if (base)
+		cap_prehash(&cp, prehashed);
 	for (size_t j = 0; j < cp.m->n; j++) {
 		struct checkpoint_entry *e = &cp.m->e[j];
 		const struct checkpoint_entry *b = NULL;
@@ -1249,7 +1488,7 @@ int checkpoint_capture(const char *dir, const struct checkpoint_manifest *base,
 				goto out;
 			break;
 		case CHECKPOINT_FILE:
-			if (cap_file(&cp, e, b) < 0)
+			if (prehashed[j] ? cap_file_prehashed(&cp, e, b) < 0 : cap_file(&cp, e, b) < 0)
 				goto out;
 			res->tree_bytes += e->size;
 			if (res->tree_bytes > cp.opt.max_total_size) {
@@ -1303,6 +1542,7 @@ out:
 		close(cp.rootfd);
 	checkpoint_manifest_free(cp.m);
 	buf_release(&cp.blob);
+	free(prehashed);
 	if (rc < 0)
 		checkpoint_result_release(res);
 	return rc;
@@ -1525,13 +1765,6 @@ static int rerr(struct restore *rs, const char *fmt, ...)
 	vsnprintf(rs->err, rs->errlen, fmt, ap);
 	va_end(ap);
 	return -1;
-}
-
-static size_t old_block_len(uint64_t size, uint32_t i)
-{
-	uint64_t start = (uint64_t)i * CHECKPOINT_BLOCK_SIZE;
-
-	return size <= start ? 0 : size - start < CHECKPOINT_BLOCK_SIZE ? size - start : CHECKPOINT_BLOCK_SIZE;
 }
 
 /* Looks path up among the live entries of the tree. */
