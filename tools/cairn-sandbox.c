@@ -178,7 +178,7 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
 	check_done(r);
 }
 
-static void on_exit(evutil_socket_t fd, short what, void *arg)
+static void on_sandbox_exit(evutil_socket_t fd, short what, void *arg)
 {
 	struct run *r = arg;
 
@@ -448,7 +448,7 @@ int main(int argc, char **argv)
 	run.so = &so;
 	run.se = &se;
 	run.base = base;
-	ev_exit = event_new(base, p.pidfd, EV_READ | EV_PERSIST, on_exit, &run);
+	ev_exit = event_new(base, p.pidfd, EV_READ | EV_PERSIST, on_sandbox_exit, &run);
 	ev_out = event_new(base, so.rd, EV_READ | EV_PERSIST, on_output, &run);
 	ev_err = event_new(base, se.rd, EV_READ | EV_PERSIST, on_output, &run);
 	run.ev_timer = evtimer_new(base, on_timer, &run);

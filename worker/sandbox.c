@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -37,13 +39,17 @@
 
 #include "sandbox.h"
 #include "sandbox_cgroup.h"
+#include "sandbox_proxy.h"
 #include "util.h"
 
 #define SANDBOX_UID 1000                /* the step's uid and gid inside */
 #define SANDBOX_GID 1000
 #define DEFAULT_HOST_ID 65534           /* nobody, when the worker is root */
 #define HANDSHAKE_TIMEOUT_MS 10000
+#define CAIRN_STR_(x) #x
+#define CAIRN_STR(x) CAIRN_STR_(x)
 #define MAX_REFUSAL_LOGS 20
+#define FIRST_FREE_FD 6                 /* init keeps 0-2 stdio, 3 sync, 4 status, 5 proxy */
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -85,6 +91,8 @@ struct plan {
 	 * caller's file system identity (then sources in 0700 dirs work). */
 	int fd_root, fd_ws, fd_in, fd_out, fd_secrets, fd_ctl;
 	int *fd_m;
+	char **envp;                    /* o->envp, plus the proxy variables */
+	int proxy_fd;                   /* init's end of the proxy socket pair, or -1 */
 	int sync_rd, status_wr;
 	bool root_mode;
 	size_t notif_size, resp_size;
@@ -156,11 +164,13 @@ int sandbox_limits_parse(const json_t *profile, struct sandbox_limits *l, char *
 		if (strcmp(key, "network") == 0) {
 			if (json_is_string(v) && strcmp(json_string_value(v), "none") == 0)
 				continue;
-			if (json_is_object(v) && json_object_get(v, "allow"))
-				snprintf(err, errlen, "sandbox \"network\": the egress allow-list is not available in this "
-					 "build; only \"none\" is");
-			else
-				snprintf(err, errlen, "sandbox \"network\" must be \"none\"");
+			if (json_is_object(v) && json_object_size(v) == 1 && json_object_get(v, "allow")) {
+				if (sandbox_proxy_parse_allow(v, err, errlen) < 0)
+					return -1;
+				l->egress = true;
+				continue;
+			}
+			snprintf(err, errlen, "sandbox \"network\" must be \"none\" or {\"allow\": [\"host:port\", ...]}");
 			return -1;
 		} else if (strcmp(key, "memory") == 0) {
 			rc = get_size(v, key, 4 << 20, &l->memory, err, errlen);
@@ -536,10 +546,10 @@ static int exec_step(const struct plan *pl)
 	int err = ENOENT;
 
 	if (strchr(cmd, '/')) {
-		execve(cmd, pl->o->argv, pl->o->envp);
+		execve(cmd, pl->o->argv, pl->envp);
 		return errno;
 	}
-	for (char *const *e = pl->o->envp; e && *e; e++)
+	for (char *const *e = pl->envp; e && *e; e++)
 		if (strncmp(*e, "PATH=", 5) == 0)
 			path = *e + 5;
 	while (*path) {
@@ -550,7 +560,7 @@ static int exec_step(const struct plan *pl)
 			memcpy(full, path, dlen);
 			full[dlen] = '/';
 			strcpy(full + dlen + 1, cmd);
-			execve(full, pl->o->argv, pl->o->envp);
+			execve(full, pl->o->argv, pl->envp);
 			if (errno != ENOENT && errno != ENOTDIR)
 				err = errno;
 		}
@@ -597,8 +607,28 @@ static const char *refusal_detail(const struct seccomp_notif *req, char *buf, si
 /* Init's loop: answers refused calls (logging them to the step's stderr),
  * forwards signals to the step, reaps everything, and when the step ends
  * kills what is left and reports. */
+static void pass_connection(const struct plan *pl, int lfd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))], b = 'c';
+	struct iovec iov = { &b, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	memset(cbuf, 0, sizeof(cbuf));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	(void)sendmsg(pl->proxy_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
+}
+
 __attribute__((noreturn))
-static void init_loop(const struct plan *pl, int listener, int sfd, pid_t step, int exec_errno)
+static void init_loop(const struct plan *pl, int listener, int sfd, int lfd, pid_t step, int exec_errno)
 {
 	struct report rep = { .tag = 'X', .exec_errno = exec_errno };
 	union { struct seccomp_notif n; char b[1024]; } req;
@@ -607,9 +637,9 @@ static void init_loop(const struct plan *pl, int listener, int sfd, pid_t step, 
 	bool killed = false;
 
 	for (;;) {
-		struct pollfd pfd[2] = { { sfd, POLLIN, 0 }, { listener, POLLIN, 0 } };
+		struct pollfd pfd[3] = { { sfd, POLLIN, 0 }, { listener, POLLIN, 0 }, { lfd, POLLIN, 0 } };
 
-		if (poll(pfd, 2, -1) < 0) {
+		if (poll(pfd, 3, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
@@ -646,6 +676,8 @@ static void init_loop(const struct plan *pl, int listener, int sfd, pid_t step, 
 				}
 			}
 		}
+		if (pfd[2].revents & POLLIN)
+			pass_connection(pl, lfd);
 		if (pfd[0].revents & POLLIN) {
 			struct signalfd_siginfo si;
 
@@ -687,6 +719,11 @@ static void setup_fds(struct plan *pl)
 	int fds[4] = { pl->o->stdout_fd, pl->o->stderr_fd, pl->sync_rd, pl->status_wr };
 	int hi[4];
 
+	if (pl->proxy_fd >= 0) {
+		pl->proxy_fd = fcntl(pl->proxy_fd, F_DUPFD_CLOEXEC, 100);
+		if (pl->proxy_fd < 0)
+			child_fail(pl, "could not duplicate the proxy fd");
+	}
 	for (int i = 0; i < 4; i++) {
 		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
 		if (hi[i] < 0)
@@ -698,11 +735,29 @@ static void setup_fds(struct plan *pl)
 		child_fail(pl, "could not set up fds");
 	pl->status_wr = 4;
 	pl->sync_rd = 3;
+	if (pl->proxy_fd >= 0) {
+		if (dup3(pl->proxy_fd, 5, O_CLOEXEC) < 0)
+			child_fail(pl, "could not set up the proxy fd");
+		pl->proxy_fd = 5;
+	}
 	int nul = open("/dev/null", O_RDONLY);
 	if (nul < 0 || dup2(nul, 0) < 0)
 		child_fail(pl, "could not open /dev/null");
-	if (syscall(SYS_close_range, 5, ~0U, 0) < 0)
+	if (syscall(SYS_close_range, FIRST_FREE_FD, ~0U, 0) < 0)
 		child_fail(pl, "could not close inherited fds");
+}
+
+/* The forwarder's socket: 127.0.0.1:SANDBOX_PROXY_PORT inside. */
+static int proxy_listen(const struct plan *pl)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(SANDBOX_PROXY_PORT),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 64) < 0)
+		child_fail(pl, "could not listen on 127.0.0.1:%d for the egress proxy", SANDBOX_PROXY_PORT);
+	return fd;
 }
 
 static int open_source(const struct plan *pl, const char *path)
@@ -733,7 +788,7 @@ __attribute__((noreturn))
 static void child_main(struct plan *pl)
 {
 	sigset_t mask, old;
-	int listener = -1, sfd, exec_pipe[2], e = 0, exec_errno = 0;
+	int listener = -1, sfd, exec_pipe[2], e = 0, exec_errno = 0, lfd = -1;
 	pid_t step;
 	char c;
 	ssize_t n;
@@ -762,7 +817,7 @@ static void child_main(struct plan *pl)
 	setup_network(pl);
 	setup_mounts(pl);
 	/* The sources are mounted: no handle on the host stays open. */
-	if (syscall(SYS_close_range, 5, ~0U, 0) < 0)
+	if (syscall(SYS_close_range, FIRST_FREE_FD, ~0U, 0) < 0)
 		child_fail(pl, "could not close source fds");
 	/* The caller moves us into the cgroup meanwhile; wait for that. */
 	do
@@ -773,6 +828,8 @@ static void child_main(struct plan *pl)
 	close(pl->sync_rd);
 	if (unshare(CLONE_NEWCGROUP) < 0)
 		child_fail(pl, "could not create cgroup namespace");
+	if (pl->proxy_fd >= 0)
+		lfd = proxy_listen(pl);
 	setup_limits(pl);
 	drop_privileges(pl);
 	apply_seccomp(pl, &listener);
@@ -797,6 +854,10 @@ static void child_main(struct plan *pl)
 		close(listener);
 		close(sfd);
 		close(pl->status_wr);
+		if (lfd >= 0)
+			close(lfd);
+		if (pl->proxy_fd >= 0)
+			close(pl->proxy_fd);
 		run_step(pl, exec_pipe[1], &old);
 	}
 	close(exec_pipe[1]);
@@ -813,7 +874,7 @@ static void child_main(struct plan *pl)
 		exec_errno = e;
 	}
 	child_report(pl->status_wr, &ready);
-	init_loop(pl, listener, sfd, step, exec_errno);
+	init_loop(pl, listener, sfd, lfd, step, exec_errno);
 }
 
 /* --- the caller's side ------------------------------------------------- */
@@ -893,6 +954,42 @@ static bool bad_dst(const char *dst)
 	return false;
 }
 
+/* The step's environment; with an allow-list, the proxy variables too. */
+static int prepare_env(struct plan *pl, const struct sandbox_opts *o, char *err, size_t errlen)
+{
+	static char *const proxy_env[] = {
+		"HTTP_PROXY=http://127.0.0.1:" CAIRN_STR(SANDBOX_PROXY_PORT),
+		"HTTPS_PROXY=http://127.0.0.1:" CAIRN_STR(SANDBOX_PROXY_PORT),
+		"http_proxy=http://127.0.0.1:" CAIRN_STR(SANDBOX_PROXY_PORT),
+		"https_proxy=http://127.0.0.1:" CAIRN_STR(SANDBOX_PROXY_PORT),
+	};
+	size_t n = 0, k = 0;
+
+	while (o->envp && o->envp[n])
+		n++;
+	pl->envp = calloc(n + 5, sizeof(*pl->envp));
+	if (!pl->envp) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (pl->lim.egress && (strncasecmp(o->envp[i], "http_proxy=", 11) == 0 ||
+				       strncasecmp(o->envp[i], "https_proxy=", 12) == 0))
+			continue;
+		pl->envp[k++] = o->envp[i];
+	}
+	if (pl->lim.egress) {
+		for (size_t i = 0; i < 4; i++)
+			pl->envp[k++] = proxy_env[i];
+		pl->proxy_fd = sandbox_proxy_child_fd(o->proxy);
+		if (pl->proxy_fd < 0) {
+			snprintf(err, errlen, "the egress proxy was already given to another sandbox");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* The caller's mounts plus the profile's "mounts" ([{src, dst, rw}]). */
 static int collect_mounts(struct plan *pl, const struct sandbox_opts *o, char *err, size_t errlen)
 {
@@ -950,7 +1047,14 @@ static int plan_prepare(struct plan *pl, const struct sandbox_opts *o, char *err
 		snprintf(err, errlen, "no workspace directory given");
 		return -1;
 	}
+	pl->proxy_fd = -1;
 	if (sandbox_limits_parse(o->profile, &pl->lim, err, errlen) < 0)
+		return -1;
+	if (pl->lim.egress && !o->proxy) {
+		snprintf(err, errlen, "the sandbox's egress allow-list needs a proxy on the caller's event loop");
+		return -1;
+	}
+	if (prepare_env(pl, o, err, errlen) < 0)
 		return -1;
 	if (!o->rootfs && o->profile && json_object_get(o->profile, "rootfs") &&
 	    !json_is_string(json_object_get(o->profile, "rootfs"))) {
@@ -1018,6 +1122,8 @@ static void plan_release(struct plan *pl)
 	free(pl->msrc);
 	free(pl->fd_m);
 	free(pl->mounts);
+	free(pl->envp);
+	pl->envp = NULL;
 	pl->mounts = NULL;
 	pl->msrc = NULL;
 	pl->fd_m = NULL;
@@ -1191,6 +1297,8 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 		snprintf(err, errlen, "sandbox set-up failed: unexpected report");
 		goto out;
 	}
+	if (pl.proxy_fd >= 0)
+		sandbox_proxy_spawned(o->proxy);
 	p->pid = pid;
 	p->pidfd = pidfd;
 	p->status_fd = status[0];

@@ -38,6 +38,7 @@ struct sandbox_limits {
 	bool output_kill;          /* kill the step at the output cap (default) or keep it running */
 	int64_t kill_grace_ms;     /* SIGTERM → SIGKILL grace at timeout (default 2s) */
 	bool unix_sockets;         /* allow socket(AF_UNIX) (default false) */
+	bool egress;               /* "network": {"allow": [...]}: needs a sandbox_proxy */
 };
 
 /* Fills l with the defaults, then applies profile (a step's normalized
@@ -63,9 +64,12 @@ struct sandbox_opts {
 	const char *policy_path;    /* operator seccomp policy file (JSON), see docs */
 	uid_t host_uid;             /* host id the sandbox user maps to when running as root (default 65534) */
 	gid_t host_gid;
+	struct sandbox_proxy *proxy; /* required when the profile has an egress allow-list */
 };
 
 struct sandbox_cgroup;
+struct sandbox_proxy;
+struct event_base;
 
 /* One running sandbox. Fields are read-only for the caller except
  * timed_out and output_capped, which the caller sets before sandbox_kill
@@ -127,6 +131,25 @@ void sandbox_outcome(struct sandbox_proc *p, int wait_status, struct sandbox_res
 
 /* Kills what is left, reaps, removes the cgroups, closes fds. */
 void sandbox_release(struct sandbox_proc *p);
+
+/* --- egress allow-list proxy (sandbox_proxy.c) --- */
+
+/* Receives each decision ("cairn-proxy: allowed CONNECT host:443 (ip)",
+ * "cairn-proxy: denied ...") for the step's log; line is borrowed. */
+typedef void (*sandbox_proxy_log_fn)(void *arg, const char *line);
+
+/* Creates the proxy for one sandbox whose profile's "network" object
+ * (borrowed) has "allow": ["host:port", "*.suffix:port", "10.0.0.5:80"].
+ * It runs on base (borrowed, must outlive it). Pass it in
+ * sandbox_opts.proxy; sandbox_spawn then sets HTTP(S)_PROXY for the step
+ * and init relays the step's connections to it. Returns new; free with
+ * sandbox_proxy_free after sandbox_release. */
+int sandbox_proxy_new(struct event_base *base, const json_t *network, sandbox_proxy_log_fn log, void *arg,
+		      struct sandbox_proxy **out, char *err, size_t errlen) SANDBOX_WARN_UNUSED;
+void sandbox_proxy_free(struct sandbox_proxy *px);
+
+/* The port the in-sandbox forwarder listens on (127.0.0.1). */
+#define SANDBOX_PROXY_PORT 3128
 
 /* --- seccomp policy (sandbox_seccomp.c) --- */
 

@@ -2,7 +2,8 @@
 worker_libcairnworker_a_SOURCES += \
 	worker/sandbox.c worker/sandbox.h \
 	worker/sandbox_seccomp.c \
-	worker/sandbox_cgroup.c worker/sandbox_cgroup.h
+	worker/sandbox_cgroup.c worker/sandbox_cgroup.h \
+	worker/sandbox_proxy.c worker/sandbox_proxy.h
 
 dist_noinst_SCRIPTS += tools/bench-sandbox
 bin_PROGRAMS += tools/cairn-sandbox

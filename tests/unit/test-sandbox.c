@@ -45,8 +45,10 @@ static void test_limits(void)
 	ok(!l.output_kill, "on_output_cap truncate");
 	ok(limits("{\"bogus\":1}", &l, err, sizeof(err)) < 0 && strstr(err, "bogus"), "unknown key refused: %s", err);
 	ok(limits("{\"memory\":\"lots\"}", &l, err, sizeof(err)) < 0, "bad size refused: %s", err);
-	ok(limits("{\"network\":{\"allow\":[\"a:443\"]}}", &l, err, sizeof(err)) < 0 && strstr(err, "allow-list"),
-	   "network allow-list refused when not available: %s", err);
+	ok(limits("{\"network\":{\"allow\":[\"a.example:443\",\"*.b.example:80\",\"[::1]:8080\"]}}", &l, err, sizeof(err)) == 0 && l.egress,
+	   "network allow-list parses");
+	ok(limits("{\"network\":{\"allow\":[\"noport\"]}}", &l, err, sizeof(err)) < 0, "allow entry without a port refused: %s", err);
+	ok(limits("{\"network\":{\"allow\":[\"a:70000\"]}}", &l, err, sizeof(err)) < 0, "allow entry with a bad port refused");
 	ok(limits("{\"network\":\"host\"}", &l, err, sizeof(err)) < 0, "network host refused");
 	ok(limits("{\"pids\":1}", &l, err, sizeof(err)) < 0, "pids below 2 refused");
 }
@@ -211,6 +213,8 @@ static void test_spawn(void)
 
 	ok(run(a_noexec, NULL, ws, &r, out, sizeof(out)) == 0 && r.exit_code == 127 && strstr(out, "could not execute"),
 	   "missing command: exit 127 with a message");
+	ok(run(a_exit, "{\"network\":{\"allow\":[\"a.example:443\"]}}", ws, &r, out, sizeof(out)) < 0,
+	   "an allow-list without a proxy is refused at spawn");
 	unlink(strcat(strcpy(out, ws), "/f"));
 	rmdir(ws);
 }
