@@ -8,3 +8,4 @@ engine_cairnd_SOURCES = \
 	engine/api.c engine/api.h \
 	engine/duties.c engine/duties.h
 engine_cairnd_LDADD = $(CAIRN_LIBS)
+EXTRA_DIST += docs/api.md
