@@ -1844,6 +1844,8 @@ static int rs_delete(struct restore *rs, const uint8_t *p, size_t n)
 		rerr(rs, "entry %llu \"%s\": could not remove: %m", (unsigned long long)rs->rec, qpath(path, plen, q, sizeof(q)));
 		goto out;
 	}
+	if (rs->m->e[i].type == CHECKPOINT_DIR)
+		dircache_drop(&rs->dc);	/* it may have been the cached parent */
 	rs->dead[i] = 1;
 	rs->live--;
 	if (rs->m->e[i].type == CHECKPOINT_FILE)
@@ -2081,6 +2083,8 @@ static int rs_file_end(struct restore *rs, const uint8_t *p)
 		return rerr(rs, "entry %llu \"%s\": content does not match its hash", (unsigned long long)rs->rec, q);
 	memcpy(e->hash, h, CHECKPOINT_HASH_LEN);
 	e->has_stat = false;
+	if (fchmod(rs->fd, e->mode | 0600) < 0)
+		return rerr(rs, "entry %llu \"%s\": could not set its mode: %m", (unsigned long long)rs->rec, q);
 	close(rs->fd);
 	rs->fd = -1;
 	rs->cur = NULL;
@@ -2255,36 +2259,30 @@ out:
 	return rc;
 }
 
-/* Sets the final modes (directories stay writable while a chain is
- * applied) and records stat hints for the next capture. */
+/* Sets the final modes (directories stay writable, files owner-writable
+ * while a chain is applied) and records stat hints for the next capture:
+ * entries chmod'ed here get a ctime after the stamp, so they are hashed
+ * again next time, which is only right. */
 static int rs_finish(struct restore *rs)
 {
 	struct checkpoint_manifest *m = rs->m;
 
-	for (size_t k = m->n; k-- > 0;) {
-		struct checkpoint_entry *e = &m->e[k];
-		const char *leaf;
-		int pfd;
-
-		if (e->type == CHECKPOINT_SYMLINK)
-			continue;
-		if ((pfd = rs_parent(rs, e->path, &leaf)) < 0)
-			return -1;
-		if (fchmodat(pfd, leaf, e->mode, 0) < 0)
-			return rerr(rs, "could not set the mode of \"%s\": %m", e->path);
-	}
-	if (!rs->opt.restat)
-		return 0;
 	m->stamp_ns = coarse_now_ns();
-	for (size_t k = 0; k < m->n; k++) {
+	for (size_t k = m->n; k-- > 0;) {
 		struct checkpoint_entry *e = &m->e[k];
 		struct stat st;
 		const char *leaf;
 		int pfd;
 
-		/* best effort: an entry without a hint is simply hashed again */
-		pfd = dircache_parent(&rs->dc, e->path, &leaf);
-		if (pfd >= 0 && fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		if ((pfd = rs_parent(rs, e->path, &leaf)) < 0)
+			return -1;
+		if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return rerr(rs, "could not stat \"%s\": %m", e->path);
+		if (e->type != CHECKPOINT_SYMLINK && (st.st_mode & 0777) != e->mode) {
+			if (fchmodat(pfd, leaf, e->mode, 0) < 0 || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				return rerr(rs, "could not set the mode of \"%s\": %m", e->path);
+		}
+		if (rs->opt.restat)
 			entry_set_stat(e, &st);
 	}
 	return 0;

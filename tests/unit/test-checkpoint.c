@@ -587,6 +587,39 @@ static void test_round_trips(void)
 	free(r2);
 }
 
+/* A directory removed by one delta and created again by the next one. */
+static void test_dir_comes_back(void)
+{
+	struct checkpoint_result c[3];
+	struct checkpoint_blob chain[3];
+	char *w = fresh_dir("w2"), *r;
+	int rc = 0;
+
+	xmkdir(P("w2/a"), 0755);
+	put_file(P("w2/a/y"), "y", 1, 0200);
+	for (int i = 0; i < 3; i++) {
+		if (i == 1)
+			rm_rf(P("w2/a"));
+		if (i == 2) {
+			xmkdir(P("w2/a"), 0711);
+			put_file(P("w2/a/z"), "z", 1, 0400);
+			xmkdir(P("w2/a/b"), 0500);
+		}
+		rc |= checkpoint_capture(w, i ? c[i - 1].manifest : NULL, NULL, &c[i], err, sizeof(err));
+		chain[i] = (struct checkpoint_blob){ c[i].blob, c[i].stored_size, c[i].tree_hash };
+	}
+	r = fresh_dir("r3");
+	if (!rc)
+		rc = checkpoint_restore(r, chain, 3, c[2].tree_hash, NULL, NULL, err, sizeof(err));
+	if (!ok(rc == 0, "a directory deleted by one delta and re-created by the next"))
+		diag("%s", err);
+	is_int(trees_differ(w, r), 0, "and the modes of read-only directories and files are kept");
+	for (int i = 0; i < 3; i++)
+		checkpoint_result_release(&c[i]);
+	free(w);
+	free(r);
+}
+
 /* Restores a crafted blob into a fresh directory; returns the result. */
 static int try_blob(struct rec *r, const struct checkpoint_options *o)
 {
@@ -811,6 +844,7 @@ int main(void)
 	if (!mkdtemp(root))
 		bail("mkdtemp: %m");
 	test_round_trips();
+	test_dir_comes_back();
 	test_hostile();
 	rm_rf(root);
 	return done_testing();
