@@ -41,6 +41,7 @@ struct ctx {
 	int nerr;
 	json_t *ids;		/* step id -> index, for the steps being checked */
 	const json_t *known;	/* step id -> true, steps already in the run (or NULL) */
+	bool open_world;	/* steps outside ids may exist: the store checks them */
 };
 
 struct retry {
@@ -344,7 +345,8 @@ static bool depth_ok(const json_t *v, int depth)
 /* Whether id names a step of this definition (or of the run, when adding). */
 static bool step_exists(struct ctx *c, const char *id)
 {
-	return json_object_get(c->ids, id) || (c->known && json_object_get(c->known, id));
+	return json_object_get(c->ids, id) || (c->known && json_object_get(c->known, id)) ||
+	       c->open_world;
 }
 
 static void retry_builtin(struct retry *r)
@@ -1530,6 +1532,7 @@ int workflow_normalize_steps(const json_t *def, json_t *steps, json_t **out, jso
 		if (json_is_string(f = json_object_get(st, "id")))
 			json_object_set_new(known, json_string_value(f), json_true());
 	c.known = known;
+	c.open_world = !json_is_array(json_object_get(def, "steps"));
 	if ((f = json_object_get(def, "defaults")))
 		parse_defaults(&c, f, "$.defaults", &d);
 	if (!steps || !json_is_array(steps)) {

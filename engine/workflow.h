@@ -69,7 +69,9 @@ int workflow_normalize(json_t *def, json_t **out, json_t **errors) WARN_UNUSED;
 /* Validates steps added at run time ({"cairn": {"add_steps": steps}}).
  * def is the run's normalized definition including the steps added so far
  * (borrowed); steps (borrowed) may need those steps and each other, and get
- * def's defaults. Errors have paths under "$.cairn.add_steps". On success
+ * def's defaults. When def has no "steps" (the caller does not know every
+ * step of the run), needs outside the batch are left for the store to
+ * check. Errors have paths under "$.cairn.add_steps". On success
  * returns 0 and sets *out to a new array of normalized steps; on failure
  * returns -1 and sets *errors as workflow_normalize does. */
 int workflow_normalize_steps(const json_t *def, json_t *steps, json_t **out,

@@ -30,6 +30,9 @@ CREATE TABLE cairn.runs (
 	error		jsonb,
 	steps_total	int NOT NULL DEFAULT 0,
 	steps_done	int NOT NULL DEFAULT 0,
+	max_steps	int,
+	max_attempts_total int,
+	deadline_at	timestamptz,
 	created_at	timestamptz NOT NULL,
 	updated_at	timestamptz NOT NULL,
 	finished_at	timestamptz,
@@ -41,6 +44,8 @@ CREATE UNIQUE INDEX runs_idempotency ON cairn.runs (tenant, idempotency_key)
 	WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_created ON cairn.runs (created_at);
 CREATE INDEX runs_status ON cairn.runs (status, created_at);
+CREATE INDEX runs_deadline ON cairn.runs (deadline_at) WHERE status = 'running';
+CREATE INDEX runs_parent ON cairn.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 
 CREATE TABLE cairn.events (
 	run_id		uuid NOT NULL,
@@ -50,7 +55,7 @@ CREATE TABLE cairn.events (
 		'StepSucceeded', 'StepFailed', 'StepRetryScheduled', 'StepLeaseExpired',
 		'StepTimedOut', 'ApprovalRequested', 'ApprovalGranted', 'ApprovalRejected',
 		'TimerFired', 'SignalReceived', 'RunSucceeded', 'RunFailed', 'RunCancelled',
-		'RunForked', 'RunRetried')),
+		'RunForked', 'RunRetried', 'StepSkipped')),
 	step_id		text,
 	attempt		int,
 	lease_epoch	bigint,
@@ -102,6 +107,8 @@ ALTER TABLE cairn.steps ALTER COLUMN output SET COMPRESSION lz4;
 CREATE INDEX steps_ready ON cairn.steps (queue, priority DESC, ready_at) WHERE status = 'ready';
 CREATE INDEX steps_leases ON cairn.steps (lease_expires_at) WHERE status IN ('leased', 'running');
 CREATE INDEX steps_timers ON cairn.steps (wake_at) WHERE status = 'waiting';
+CREATE INDEX steps_concurrency ON cairn.steps ((spec->'concurrency'->>'key'))
+	WHERE status IN ('leased', 'running');
 
 -- The outbox: a step's effects, committed with its success, each key once.
 CREATE TABLE cairn.effects (
@@ -166,6 +173,42 @@ CREATE TABLE cairn.checkpoints (
 	PRIMARY KEY (run_id, step_id, seq)
 );
 ALTER TABLE cairn.checkpoints ALTER COLUMN data SET STORAGE EXTERNAL;
+
+-- Starts per second per rate-limit key, for the last minute's count.
+CREATE TABLE cairn.rate_windows (
+	key		text NOT NULL,
+	window_start	timestamptz NOT NULL,
+	n		int NOT NULL,
+	PRIMARY KEY (key, window_start)
+);
+
+-- The webhook outbox: approval events to deliver, each until it is accepted.
+CREATE TABLE cairn.webhook_deliveries (
+	id		bigserial PRIMARY KEY,
+	run_id		uuid NOT NULL,
+	seq		bigint NOT NULL,
+	event_type	text NOT NULL,
+	step_id		text,
+	payload		jsonb NOT NULL,
+	attempts	int NOT NULL DEFAULT 0,
+	next_at		timestamptz NOT NULL,
+	delivered_at	timestamptz,
+	last_status	int,
+	last_error	text,
+	created_at	timestamptz NOT NULL,
+	UNIQUE (run_id, seq)
+);
+CREATE INDEX webhook_due ON cairn.webhook_deliveries (next_at) WHERE delivered_at IS NULL;
+
+-- Every delivery attempt, as the receiver answered it.
+CREATE TABLE cairn.webhook_attempts (
+	delivery_id	bigint NOT NULL REFERENCES cairn.webhook_deliveries,
+	attempt		int NOT NULL,
+	at		timestamptz NOT NULL,
+	status		int,
+	error		text,
+	PRIMARY KEY (delivery_id, attempt)
+);
 
 CREATE TABLE cairn.workers (
 	worker_id	text PRIMARY KEY,

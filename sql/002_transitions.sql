@@ -19,10 +19,14 @@ BEGIN
 	WHEN 'RunCreated' THEN
 		INSERT INTO cairn.runs (run_id, tenant, workflow, definition, input, status,
 			idempotency_key, request_hash, labels, parent_run_id, forked_from,
-			created_at, updated_at, last_seq)
+			max_steps, max_attempts_total, deadline_at, created_at, updated_at, last_seq)
 		VALUES (p_run, p->>'tenant', p->>'workflow', p->'definition', p->'input', 'running',
 			p->>'idempotency_key', p->>'request_hash', coalesce(p->'labels', '{}'),
-			(p->>'parent_run_id')::uuid, (p->>'forked_from')::uuid, p_at, p_at, p_seq);
+			(p->>'parent_run_id')::uuid, (p->>'forked_from')::uuid,
+			(p->'definition'->'limits'->>'max_steps')::int,
+			(p->'definition'->'limits'->>'max_attempts_total')::int,
+			p_at + (p->'definition'->'limits'->>'max_duration_ms')::bigint * interval '1 ms',
+			p_at, p_at, p_seq);
 	WHEN 'StepsAdded' THEN
 		FOR s IN SELECT * FROM jsonb_array_elements(p->'steps') LOOP
 			SELECT count(*) INTO v_done FROM cairn.steps
@@ -63,8 +67,9 @@ BEGIN
 	WHEN 'CheckpointCommitted' THEN
 		UPDATE cairn.steps SET last_checkpoint = (p->>'seq')::bigint, updated_at = p_at
 		 WHERE run_id = p_run AND step_id = p_step;
-	WHEN 'StepSucceeded' THEN
-		UPDATE cairn.steps SET status = 'succeeded', output = p->'output', error = NULL,
+	WHEN 'StepSucceeded', 'StepSkipped' THEN
+		UPDATE cairn.steps SET status = CASE p_type WHEN 'StepSucceeded' THEN 'succeeded' ELSE 'skipped' END,
+			output = p->'output', error = NULL,
 			lease_expires_at = NULL, wake_at = NULL, finished_at = p_at, updated_at = p_at
 		 WHERE run_id = p_run AND step_id = p_step;
 		UPDATE cairn.steps SET pending_needs = pending_needs - 1
@@ -122,6 +127,10 @@ BEGIN
 	VALUES (p_run, p_seq, p_type, p_step, p_attempt, p_epoch, coalesce(p_payload, '{}'), p_at);
 	PERFORM cairn._apply(p_run, p_seq, p_type, p_step, p_attempt, p_epoch,
 		coalesce(p_payload, '{}'), p_at);
+	IF p_type IN ('ApprovalRequested', 'ApprovalGranted', 'ApprovalRejected') THEN
+		INSERT INTO cairn.webhook_deliveries (run_id, seq, event_type, step_id, payload, next_at, created_at)
+		VALUES (p_run, p_seq, p_type, p_step, coalesce(p_payload, '{}'), p_at, p_at);
+	END IF;
 	RETURN p_seq;
 END $$;
 
@@ -150,30 +159,49 @@ BEGIN
 	RETURN v;
 END $$;
 
+-- The approval settings of a step: an approval step's own, or the gate
+-- ("approve") of a run step; NULL when it has none.
+CREATE FUNCTION cairn._approval_of(v cairn.steps)
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+	SELECT CASE v.kind WHEN 'approval' THEN v.spec->'approval'
+		ELSE nullif(v.spec->'approve', 'null') END;
+$$;
+
+-- ApprovalRequested, with the outputs of the steps the approver must see.
+CREATE FUNCTION cairn._request_approval(p_run uuid, p_seq bigint, v cairn.steps, p_at timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	a jsonb := cairn._approval_of(v);
+	v_show jsonb;
+BEGIN
+	SELECT coalesce(jsonb_object_agg(step_id, output), '{}') INTO v_show FROM cairn.steps
+	 WHERE run_id = p_run
+	   AND step_id IN (SELECT jsonb_array_elements_text(coalesce(a->'show', '[]')));
+	RETURN cairn._append(p_run, p_seq + 1, 'ApprovalRequested', v.step_id, NULL, NULL,
+		jsonb_build_object('prompt', a->'prompt', 'quorum', coalesce((a->>'quorum')::int, 1),
+			'show', v_show, 'gate', v.kind <> 'approval',
+			'wake_at', p_at + (a->>'timeout_ms')::bigint * interval '1 ms'), p_at);
+END $$;
+
 -- Makes a step whose needs are met ready, or waiting for what its kind waits for.
 CREATE FUNCTION cairn._activate(p_run uuid, p_seq bigint, v cairn.steps, p_at timestamptz)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
 	v_spec jsonb := v.spec;
 	v_timeout bigint;
-	v_show jsonb;
 	v_sig cairn.signals;
+	v_child uuid;
 BEGIN
 	CASE v.kind
 	WHEN 'run' THEN
+		IF cairn._approval_of(v) IS NOT NULL THEN
+			RETURN cairn._request_approval(p_run, p_seq, v, p_at);
+		END IF;
 		p_seq := cairn._append(p_run, p_seq + 1, 'StepReady', v.step_id, NULL, NULL,
 			jsonb_build_object('ready_at', p_at), p_at);
 		PERFORM pg_notify('cairn_ready', v.queue);
 	WHEN 'approval' THEN
-		v_timeout := (v_spec->'approval'->>'timeout_ms')::bigint;
-		SELECT coalesce(jsonb_object_agg(step_id, output), '{}') INTO v_show FROM cairn.steps
-		 WHERE run_id = p_run
-		   AND step_id IN (SELECT jsonb_array_elements_text(coalesce(v_spec->'approval'->'show', '[]')));
-		p_seq := cairn._append(p_run, p_seq + 1, 'ApprovalRequested', v.step_id, NULL, NULL,
-			jsonb_build_object('prompt', v_spec->'approval'->'prompt',
-				'quorum', coalesce((v_spec->'approval'->>'quorum')::int, 1),
-				'show', v_show,
-				'wake_at', p_at + v_timeout * interval '1 ms'), p_at);
+		p_seq := cairn._request_approval(p_run, p_seq, v, p_at);
 	WHEN 'sleep' THEN
 		p_seq := cairn._append(p_run, p_seq + 1, 'StepWaiting', v.step_id, NULL, NULL,
 			jsonb_build_object('reason', 'sleep',
@@ -190,6 +218,11 @@ BEGIN
 			UPDATE cairn.signals SET consumed_by = v.step_id WHERE run_id = p_run AND seq = v_sig.seq;
 			p_seq := cairn._succeed(p_run, p_seq, v.step_id, v_sig.payload, p_at);
 		END IF;
+	WHEN 'workflow' THEN
+		v_child := cairn._start_child(p_run, v, p_at);
+		p_seq := cairn._append(p_run, p_seq + 1, 'StepWaiting', v.step_id, NULL, NULL,
+			jsonb_build_object('reason', 'child', 'child_run', v_child,
+				'wake_at', p_at + (v_spec->>'timeout_ms')::bigint * interval '1 ms'), p_at);
 	ELSE
 		RAISE EXCEPTION 'step kind "%" is not supported', v.kind USING ERRCODE = 'CN004';
 	END CASE;
@@ -202,8 +235,6 @@ CREATE FUNCTION cairn._succeed(p_run uuid, p_seq bigint, p_step text, p_output j
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
 	v cairn.steps;
-	v_total int;
-	v_done int;
 BEGIN
 	p_seq := cairn._append(p_run, p_seq + 1, 'StepSucceeded', p_step, p_attempt, p_epoch,
 		jsonb_build_object('output', p_output), p_at);
@@ -212,8 +243,14 @@ BEGIN
 		    AND pending_needs = 0 ORDER BY step_id FOR UPDATE LOOP
 		p_seq := cairn._activate(p_run, p_seq, v, p_at);
 	END LOOP;
-	SELECT steps_total, steps_done INTO v_total, v_done FROM cairn.runs WHERE run_id = p_run;
-	IF v_done >= v_total THEN
+	RETURN cairn._maybe_done(p_run, p_seq, p_at);
+END $$;
+
+-- RunSucceeded once every step has succeeded or was skipped.
+CREATE FUNCTION cairn._maybe_done(p_run uuid, p_seq bigint, p_at timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+	IF (SELECT steps_done >= steps_total AND status = 'running' FROM cairn.runs WHERE run_id = p_run) THEN
 		p_seq := cairn._append(p_run, p_seq + 1, 'RunSucceeded', NULL, NULL, NULL, '{}', p_at);
 	END IF;
 	RETURN p_seq;
@@ -234,13 +271,18 @@ DECLARE
 BEGIN
 	v_final := coalesce((p_error->>'retryable')::boolean, true) = false
 		OR v.attempt >= v.max_attempts;
+	IF v.spec->'concurrency' IS NOT NULL AND v.spec->'concurrency' <> 'null' THEN
+		PERFORM pg_notify('cairn_ready', v.queue); -- a slot of its key is free
+	END IF;
 	p_seq := cairn._append(p_run, p_seq + 1, p_type, v.step_id, v.attempt, v.lease_epoch,
 		jsonb_build_object('error', p_error, 'final', v_final), p_at);
 	IF v_final THEN
-		RETURN cairn._append(p_run, p_seq + 1, 'RunFailed', NULL, NULL, NULL,
+		p_seq := cairn._append(p_run, p_seq + 1, 'RunFailed', NULL, NULL, NULL,
 			jsonb_build_object('error', jsonb_build_object('step_id', v.step_id,
 				'attempt', v.attempt, 'reason', p_error->>'reason',
 				'message', p_error->>'message')), p_at);
+		PERFORM cairn._cancel_children(p_run, 'the parent run failed', p_at);
+		RETURN p_seq;
 	END IF;
 	IF r->>'backoff' = 'fixed' THEN
 		v_delay := v_initial;
@@ -259,11 +301,12 @@ BEGIN
 	RETURN p_seq;
 END $$;
 
--- submit: creates a run from a normalized definition (the engine validated it).
-CREATE FUNCTION cairn.submit(p_def jsonb, p_input jsonb, p_key text,
-	p_tenant text DEFAULT 'default', p_labels jsonb DEFAULT '{}')
+-- Creates a run (RunCreated, StepsAdded, the first steps activated) unless
+-- the tenant already has one for the idempotency key.
+CREATE FUNCTION cairn._create_run(p_def jsonb, p_input jsonb, p_key text, p_tenant text,
+	p_labels jsonb, p_parent uuid)
 RETURNS TABLE (run_id uuid, created boolean)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
 	v_run uuid;
@@ -294,7 +337,7 @@ BEGIN
 		v_seq := cairn._append(v_run, 1, 'RunCreated', NULL, NULL, NULL,
 			jsonb_build_object('workflow', p_def->>'name', 'definition', p_def, 'input', p_input,
 				'tenant', p_tenant, 'idempotency_key', p_key, 'request_hash', v_hash,
-				'labels', coalesce(p_labels, '{}')), v_at);
+				'labels', coalesce(p_labels, '{}'), 'parent_run_id', p_parent), v_at);
 	EXCEPTION WHEN unique_violation THEN
 		-- a concurrent submit with the same key won
 		SELECT r.run_id, r.request_hash INTO v_run, v_old_hash FROM cairn.runs r
@@ -316,6 +359,47 @@ BEGIN
 	RETURN QUERY SELECT v_run, true;
 END $$;
 
+-- submit: creates a run from a normalized definition (the engine validated it).
+CREATE FUNCTION cairn.submit(p_def jsonb, p_input jsonb, p_key text,
+	p_tenant text DEFAULT 'default', p_labels jsonb DEFAULT '{}')
+RETURNS TABLE (run_id uuid, created boolean)
+LANGUAGE sql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
+	SELECT * FROM cairn._create_run(p_def, p_input, p_key, p_tenant, p_labels, NULL);
+$$;
+
+-- Whether a step's concurrency and rate limits let it start now; when they
+-- do, its start is counted. Keys are serialized with transaction advisory
+-- locks taken without waiting: a key another claim holds is tried later.
+CREATE FUNCTION cairn._admit(p_spec jsonb, p_at timestamptz)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+	c jsonb := nullif(p_spec->'concurrency', 'null');
+	r jsonb := nullif(p_spec->'rate', 'null');
+	v_window timestamptz := date_trunc('second', p_at);
+BEGIN
+	IF c IS NOT NULL THEN
+		IF NOT pg_try_advisory_xact_lock(hashtext('cairn.concurrency'), hashtext(c->>'key')) THEN
+			RETURN false;
+		END IF;
+		IF (SELECT count(*) FROM cairn.steps s WHERE s.status IN ('leased', 'running')
+		     AND s.spec->'concurrency'->>'key' = c->>'key') >= (c->>'limit')::int THEN
+			RETURN false;
+		END IF;
+	END IF;
+	IF r IS NOT NULL THEN
+		IF NOT pg_try_advisory_xact_lock(hashtext('cairn.rate'), hashtext(r->>'key')) THEN
+			RETURN false;
+		END IF;
+		IF (SELECT coalesce(sum(n), 0) FROM cairn.rate_windows w WHERE w.key = r->>'key'
+		     AND w.window_start > p_at - interval '1 minute') >= (r->>'per_minute')::int THEN
+			RETURN false;
+		END IF;
+		INSERT INTO cairn.rate_windows AS w (key, window_start, n) VALUES (r->>'key', v_window, 1)
+		ON CONFLICT (key, window_start) DO UPDATE SET n = w.n + 1;
+	END IF;
+	RETURN true;
+END $$;
+
 -- claim: leases up to p_max ready steps of the given queues.
 CREATE FUNCTION cairn.claim(p_worker text, p_queues text[], p_max int, p_lease_ms int)
 RETURNS TABLE (run_id uuid, step_id text, attempt int, lease_epoch bigint, spec jsonb,
@@ -326,6 +410,8 @@ DECLARE
 	v record;
 	v_seq bigint;
 	v_input jsonb;
+	v_max_attempts int;
+	v_n int := 0;
 	v_at timestamptz := clock_timestamp();
 BEGIN
 	IF p_lease_ms IS NULL OR p_lease_ms < 100 THEN
@@ -335,11 +421,26 @@ BEGIN
 		   FROM cairn.steps s
 		  WHERE s.status = 'ready' AND s.queue = ANY (p_queues) AND s.ready_at <= v_at
 		  ORDER BY s.priority DESC, s.ready_at
-		  LIMIT greatest(p_max, 0) FOR UPDATE SKIP LOCKED LOOP
+		  LIMIT greatest(p_max, 0) * 4 FOR UPDATE SKIP LOCKED LOOP
+		-- a few more candidates than asked for, as limits may hold some back
+		EXIT WHEN v_n >= p_max;
 		-- never wait for a run another transition holds: take the next step
-		SELECT r.last_seq, r.input INTO v_seq, v_input FROM cairn.runs r
+		SELECT r.last_seq, r.input, r.max_attempts_total INTO v_seq, v_input, v_max_attempts
+		  FROM cairn.runs r
 		 WHERE r.run_id = v.run_id AND r.status = 'running' FOR UPDATE SKIP LOCKED;
 		CONTINUE WHEN NOT FOUND;
+		IF v_max_attempts IS NOT NULL AND (SELECT sum(s.attempt) FROM cairn.steps s
+						    WHERE s.run_id = v.run_id) >= v_max_attempts THEN
+			v_seq := cairn._append(v.run_id, v_seq + 1, 'RunFailed', NULL, NULL, NULL,
+				jsonb_build_object('error', jsonb_build_object('reason', 'max_attempts_total',
+					'step_id', v.step_id, 'message', format(
+					'the run used its %s attempts (limits.max_attempts_total)', v_max_attempts))),
+				v_at);
+			PERFORM cairn._end(v.run_id, v_seq, v_at);
+			CONTINUE;
+		END IF;
+		CONTINUE WHEN NOT cairn._admit(v.spec, v_at);
+		v_n := v_n + 1;
 		v_seq := cairn._append(v.run_id, v_seq + 1, 'StepLeased', v.step_id, v.attempt + 1,
 			v.lease_epoch + 1, jsonb_build_object('worker', p_worker,
 				'lease_expires_at', v_at + p_lease_ms * interval '1 ms'), v_at);
@@ -410,6 +511,47 @@ RETURNS void LANGUAGE sql AS $$
 	 WHERE coalesce(l->>'data', '') <> '' OR coalesce((l->>'truncated')::boolean, false);
 $$;
 
+-- StepsAdded at run time (agent loops): normalized steps from a step's
+-- output, checked against the run as it is now: new ids, needs that exist,
+-- the run's max_steps.
+CREATE FUNCTION cairn._add_steps(p_run uuid, p_seq bigint, p_by text, p_steps jsonb,
+	p_at timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	v_bad text;
+	v_total int;
+	v_max int;
+BEGIN
+	SELECT a->>'id' INTO v_bad FROM jsonb_array_elements(p_steps) a
+	 WHERE EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = p_run AND s.step_id = a->>'id')
+	 LIMIT 1;
+	IF v_bad IS NOT NULL THEN
+		RAISE EXCEPTION 'add_steps: step "%" already exists in the run', v_bad USING ERRCODE = 'CN004';
+	END IF;
+	SELECT n INTO v_bad FROM jsonb_array_elements(p_steps) a, jsonb_array_elements_text(a->'needs') n
+	 WHERE NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = p_run AND s.step_id = n)
+	   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_steps) b WHERE b->>'id' = n)
+	 LIMIT 1;
+	IF v_bad IS NOT NULL THEN
+		RAISE EXCEPTION 'add_steps: needs unknown step "%"', v_bad USING ERRCODE = 'CN004';
+	END IF;
+	SELECT steps_total, max_steps INTO v_total, v_max FROM cairn.runs WHERE run_id = p_run;
+	IF v_max IS NOT NULL AND v_total + jsonb_array_length(p_steps) > v_max THEN
+		RAISE EXCEPTION 'add_steps: the run would have % steps, more than its max_steps (%)',
+			v_total + jsonb_array_length(p_steps), v_max USING ERRCODE = 'CN004';
+	END IF;
+	RETURN cairn._append(p_run, p_seq + 1, 'StepsAdded', p_by, NULL, NULL,
+		jsonb_build_object('steps', p_steps, 'by', p_by), p_at);
+END $$;
+
+-- run_defaults: what a worker needs to normalize steps a step adds.
+CREATE FUNCTION cairn.run_defaults(p_run uuid)
+RETURNS jsonb LANGUAGE sql STABLE SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
+	SELECT jsonb_strip_nulls(jsonb_build_object('defaults', definition->'defaults',
+		'limits', definition->'limits'))
+	  FROM cairn.runs WHERE run_id = p_run;
+$$;
+
 -- complete: the attempt succeeded; its effects commit with it, each key once.
 CREATE FUNCTION cairn.complete(p_run uuid, p_step text, p_epoch bigint, p_output jsonb,
 	p_effects jsonb, p_info jsonb)
@@ -420,7 +562,12 @@ DECLARE
 	v_at timestamptz := clock_timestamp();
 	v_skipped text[];
 	v_status text;
+	v_added jsonb;
+	v_new cairn.steps;
 BEGIN
+	IF p_info->'add_steps' IS NOT NULL AND jsonb_typeof(p_info->'add_steps') <> 'array' THEN
+		RAISE EXCEPTION 'add_steps must be an array' USING ERRCODE = 'CN004';
+	END IF;
 	IF p_effects IS NOT NULL AND jsonb_typeof(p_effects) <> 'array' THEN
 		RAISE EXCEPTION 'effects must be an array' USING ERRCODE = 'CN004';
 	END IF;
@@ -443,7 +590,21 @@ BEGIN
 		      WHERE e->>'key' NOT IN (SELECT effect_key FROM ins))
 	  INTO v_skipped;
 	PERFORM cairn._insert_logs(p_run, p_step, v.attempt, p_info->'logs', v_at);
+	v_added := coalesce(p_info->'add_steps', '[]');
+	IF jsonb_array_length(v_added) > 0 THEN
+		v_seq := cairn._add_steps(p_run, v_seq, p_step, v_added, v_at);
+	END IF;
 	v_seq := cairn._succeed(p_run, v_seq, p_step, p_output, v_at, v.attempt, p_epoch);
+	-- added steps that need nothing still pending may start now
+	FOR v_new IN SELECT * FROM cairn.steps s WHERE s.run_id = p_run AND s.status = 'pending'
+		  AND s.pending_needs = 0
+		  AND s.step_id IN (SELECT a->>'id' FROM jsonb_array_elements(v_added) a)
+		  ORDER BY s.step_id FOR UPDATE LOOP
+		v_seq := cairn._activate(p_run, v_seq, v_new, v_at);
+	END LOOP;
+	IF v.spec->'concurrency' IS NOT NULL AND v.spec->'concurrency' <> 'null' THEN
+		PERFORM pg_notify('cairn_ready', v.queue); -- a slot of its key is free
+	END IF;
 	PERFORM cairn._end(p_run, v_seq, v_at);
 	SELECT status INTO v_status FROM cairn.runs WHERE run_id = p_run;
 	RETURN jsonb_build_object('run_status', v_status, 'effects_skipped', to_jsonb(v_skipped));
@@ -578,8 +739,9 @@ BEGIN
 	RETURN n;
 END $$;
 
--- fire_timers: sleeps that ended, approval and signal timeouts, and a
--- wake-up for retries whose backoff just ended.
+-- fire_timers: sleeps that ended, approval, signal and child-run timeouts,
+-- runs past their max_duration, child runs that finished, and a wake-up for
+-- retries whose backoff just ended.
 CREATE FUNCTION cairn.fire_timers(p_max int)
 RETURNS int LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
 DECLARE
@@ -587,7 +749,10 @@ DECLARE
 	v_seq bigint;
 	v_at timestamptz := clock_timestamp();
 	v_policy text;
+	v_child cairn.runs;
+	w record;
 	q text;
+	r uuid;
 	n int := 0;
 BEGIN
 	FOR v IN SELECT * FROM cairn.steps s
@@ -600,23 +765,28 @@ BEGIN
 			jsonb_build_object('kind', v.kind, 'due', v.wake_at), v_at);
 		IF v.kind = 'sleep' THEN
 			v_seq := cairn._succeed(v.run_id, v_seq, v.step_id, 'null', v_at);
-		ELSIF v.kind = 'approval' THEN
-			v_policy := coalesce(v.spec->'approval'->>'on_timeout', 'reject');
+		ELSIF cairn._approval_of(v) IS NOT NULL THEN
+			v_policy := coalesce(cairn._approval_of(v)->>'on_timeout', 'reject');
 			IF v_policy = 'approve' THEN
 				v_seq := cairn._append(v.run_id, v_seq + 1, 'ApprovalGranted', v.step_id, NULL, NULL,
 					jsonb_build_object('actor', 'timeout'), v_at);
-				v_seq := cairn._succeed(v.run_id, v_seq, v.step_id,
+				v_seq := cairn._approved(v.run_id, v_seq, v,
 					jsonb_build_object('approved', true, 'by', jsonb_build_array('timeout')), v_at);
+			ELSIF v_policy = 'reject' THEN
+				v_seq := cairn._append(v.run_id, v_seq + 1, 'ApprovalRejected', v.step_id, NULL,
+					NULL, jsonb_build_object('actor', 'timeout'), v_at);
+				v_seq := cairn._refused(v.run_id, v_seq, v,
+					jsonb_build_object('reason', 'rejected', 'retryable', false,
+						'message', 'no decision before the approval timeout'), v_at);
 			ELSE
-				IF v_policy = 'reject' THEN
-					v_seq := cairn._append(v.run_id, v_seq + 1, 'ApprovalRejected', v.step_id, NULL,
-						NULL, jsonb_build_object('actor', 'timeout'), v_at);
-				END IF;
 				v_seq := cairn._after_failure(v.run_id, v_seq, v, 'StepFailed',
-					jsonb_build_object('reason', CASE v_policy WHEN 'reject' THEN 'rejected'
-						ELSE 'approval_timeout' END, 'retryable', false,
+					jsonb_build_object('reason', 'approval_timeout', 'retryable', false,
 						'message', 'no decision before the approval timeout'), v_at);
 			END IF;
+		ELSIF v.kind = 'workflow' THEN
+			v_seq := cairn._after_failure(v.run_id, v_seq, v, 'StepTimedOut',
+				jsonb_build_object('reason', 'timeout', 'retryable', false,
+					'message', 'the child run did not finish in time'), v_at);
 		ELSE
 			v_seq := cairn._after_failure(v.run_id, v_seq, v, 'StepFailed',
 				jsonb_build_object('reason', 'signal_timeout', 'retryable', false,
@@ -624,6 +794,41 @@ BEGIN
 				v_at);
 		END IF;
 		PERFORM cairn._end(v.run_id, v_seq, v_at);
+		n := n + 1;
+	END LOOP;
+	-- child runs that ended: their parent step follows them
+	FOR w IN SELECT s.run_id, s.step_id, c.run_id AS child FROM cairn.steps s
+		   JOIN cairn.runs c ON c.parent_run_id = s.run_id AND c.labels->>'cairn.parent_step' = s.step_id
+		  WHERE s.kind = 'workflow' AND s.status = 'waiting' AND c.status <> 'running'
+		  LIMIT p_max FOR UPDATE OF s SKIP LOCKED LOOP
+		SELECT * INTO v FROM cairn.steps s WHERE s.run_id = w.run_id AND s.step_id = w.step_id;
+		SELECT * INTO v_child FROM cairn.runs c WHERE c.run_id = w.child;
+		SELECT r.last_seq INTO v_seq FROM cairn.runs r
+		 WHERE r.run_id = v.run_id AND r.status = 'running' FOR UPDATE SKIP LOCKED;
+		CONTINUE WHEN NOT FOUND;
+		IF v_child.status = 'succeeded' THEN
+			v_seq := cairn._succeed(v.run_id, v_seq, v.step_id,
+				jsonb_build_object('run_id', v_child.run_id, 'outputs',
+					(SELECT jsonb_object_agg(cs.step_id, cs.output) FROM cairn.steps cs
+					  WHERE cs.run_id = v_child.run_id)), v_at);
+		ELSE
+			v_seq := cairn._after_failure(v.run_id, v_seq, v, 'StepFailed',
+				jsonb_build_object('reason', 'child_' || v_child.status, 'retryable', false,
+					'child_run', v_child.run_id,
+					'message', format('child run %s %s', v_child.run_id, v_child.status)), v_at);
+		END IF;
+		PERFORM cairn._end(v.run_id, v_seq, v_at);
+		n := n + 1;
+	END LOOP;
+	-- runs past their max_duration
+	FOR r, v_seq IN SELECT u.run_id, u.last_seq FROM cairn.runs u
+		   WHERE u.status = 'running' AND u.deadline_at <= v_at
+		   ORDER BY u.deadline_at LIMIT p_max FOR UPDATE SKIP LOCKED LOOP
+		v_seq := cairn._append(r, v_seq + 1, 'RunFailed', NULL, NULL, NULL,
+			jsonb_build_object('error', jsonb_build_object('reason', 'max_duration',
+				'message', 'the run went past its limits.max_duration')), v_at);
+		PERFORM cairn._end(r, v_seq, v_at);
+		PERFORM cairn._cancel_children(r, 'max_duration', v_at);
 		n := n + 1;
 	END LOOP;
 	FOR q IN SELECT DISTINCT s.queue FROM cairn.steps s
@@ -634,7 +839,45 @@ BEGIN
 	RETURN n;
 END $$;
 
--- The approval step p_step of p_run, locked, checked to be waiting.
+-- Starts the child run of a "workflow" step: its definition (normalized by
+-- the engine at submit) and input come from the step's spec.
+CREATE FUNCTION cairn._start_child(p_run uuid, v cairn.steps, p_at timestamptz)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+	v_def jsonb := v.spec->'workflow'->'definition';
+	v_input jsonb := v.spec->'workflow'->'input';
+	v_child uuid;
+BEGIN
+	IF v_input IS NULL THEN
+		SELECT coalesce(jsonb_object_agg(step_id, output), '{}') INTO v_input FROM cairn.steps
+		 WHERE run_id = p_run AND step_id = ANY (v.needs);
+	END IF;
+	SELECT c.run_id INTO v_child FROM cairn._create_run(v_def, v_input, NULL,
+		(SELECT tenant FROM cairn.runs WHERE run_id = p_run),
+		jsonb_build_object('cairn.parent_step', v.step_id), p_run) c;
+	RETURN v_child;
+END $$;
+
+-- Cancels the running child runs of p_run (and theirs).
+CREATE FUNCTION cairn._cancel_children(p_run uuid, p_reason text, p_at timestamptz)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	c uuid;
+	v_seq bigint;
+BEGIN
+	FOR c IN SELECT run_id FROM cairn.runs WHERE parent_run_id = p_run AND status = 'running'
+		  ORDER BY run_id LOOP
+		v_seq := cairn._begin(c, true);
+		v_seq := cairn._append(c, v_seq + 1, 'RunCancelled', NULL, NULL, NULL,
+			jsonb_build_object('error', jsonb_build_object('reason', 'cancelled',
+				'actor', 'parent ' || p_run, 'message', p_reason)), p_at);
+		PERFORM cairn._end(c, v_seq, p_at);
+		PERFORM cairn._cancel_children(c, p_reason, p_at);
+	END LOOP;
+END $$;
+
+-- The step p_step of p_run, locked, checked to be waiting for approval
+-- (an approval step, or a run step behind its "approve" gate).
 CREATE FUNCTION cairn._waiting_approval(p_run uuid, p_step text)
 RETURNS cairn.steps LANGUAGE plpgsql AS $$
 DECLARE
@@ -644,21 +887,62 @@ BEGIN
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'step "%" of run % not found', p_step, p_run USING ERRCODE = 'CN002';
 	END IF;
-	IF v.kind <> 'approval' OR v.status <> 'waiting' THEN
+	IF cairn._approval_of(v) IS NULL OR v.status <> 'waiting' THEN
 		RAISE EXCEPTION 'step "%" is not waiting for approval (it is %)', p_step, v.status
 			USING ERRCODE = 'CN003';
 	END IF;
 	RETURN v;
 END $$;
 
--- approve: one approver's yes; the step succeeds once the quorum is met.
+-- The approval is met: an approval step succeeds, a gated run step may run.
+CREATE FUNCTION cairn._approved(p_run uuid, p_seq bigint, v cairn.steps, p_output jsonb,
+	p_at timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+	IF v.kind = 'approval' THEN
+		RETURN cairn._succeed(p_run, p_seq, v.step_id, p_output, p_at);
+	END IF;
+	PERFORM pg_notify('cairn_ready', v.queue);
+	RETURN cairn._append(p_run, p_seq + 1, 'StepReady', v.step_id, NULL, NULL,
+		jsonb_build_object('ready_at', p_at, 'approval', p_output), p_at);
+END $$;
+
+-- The approval is refused: the step fails for good, or is skipped when its
+-- approval says on_reject "skip" (the run goes on without it).
+CREATE FUNCTION cairn._refused(p_run uuid, p_seq bigint, v cairn.steps, p_error jsonb,
+	p_at timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+	IF cairn._approval_of(v)->>'on_reject' = 'skip' THEN
+		RETURN cairn._skip(p_run, p_seq, v.step_id, p_error, p_at);
+	END IF;
+	RETURN cairn._after_failure(p_run, p_seq, v, 'StepFailed', p_error, p_at);
+END $$;
+
+-- StepSkipped: counts as done for the steps that need it.
+CREATE FUNCTION cairn._skip(p_run uuid, p_seq bigint, p_step text, p_why jsonb, p_at timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	v cairn.steps;
+BEGIN
+	p_seq := cairn._append(p_run, p_seq + 1, 'StepSkipped', p_step, NULL, NULL,
+		jsonb_build_object('output', NULL, 'why', p_why), p_at);
+	FOR v IN SELECT * FROM cairn.steps
+		  WHERE run_id = p_run AND p_step = ANY (needs) AND status = 'pending'
+		    AND pending_needs = 0 ORDER BY step_id FOR UPDATE LOOP
+		p_seq := cairn._activate(p_run, p_seq, v, p_at);
+	END LOOP;
+	RETURN cairn._maybe_done(p_run, p_seq, p_at);
+END $$;
+
+-- approve: one approver's yes; the step goes on once the quorum is met.
 CREATE FUNCTION cairn.approve(p_run uuid, p_step text, p_actor text, p_comment text)
 RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
 DECLARE
 	v_seq bigint := cairn._begin(p_run, true);
 	v cairn.steps := cairn._waiting_approval(p_run, p_step);
 	v_at timestamptz := clock_timestamp();
-	v_quorum int := coalesce((v.spec->'approval'->>'quorum')::int, 1);
+	v_quorum int := coalesce((cairn._approval_of(v)->>'quorum')::int, 1);
 	v_by jsonb;
 BEGIN
 	IF p_actor IS NULL OR p_actor = '' THEN
@@ -675,15 +959,16 @@ BEGIN
 	 WHERE a.run_id = p_run AND a.step_id = p_step AND a.decision = 'approved'
 	   AND a.at >= v.started_at;
 	IF jsonb_array_length(v_by) >= v_quorum THEN
-		v_seq := cairn._succeed(p_run, v_seq, p_step,
+		v_seq := cairn._approved(p_run, v_seq, v,
 			jsonb_build_object('approved', true, 'by', v_by, 'comment', p_comment), v_at);
 	END IF;
 	PERFORM cairn._end(p_run, v_seq, v_at);
 	RETURN jsonb_build_object('approvals', jsonb_array_length(v_by), 'quorum', v_quorum,
-		'step_status', (SELECT status FROM cairn.steps WHERE run_id = p_run AND step_id = p_step));
+		'step_status', (SELECT status FROM cairn.steps WHERE run_id = p_run AND step_id = p_step),
+		'run_status', (SELECT status FROM cairn.runs WHERE run_id = p_run));
 END $$;
 
--- reject: one "no" fails the approval step for good, and so the run.
+-- reject: one "no" fails the step for good (and so the run), or skips it.
 CREATE FUNCTION cairn.reject(p_run uuid, p_step text, p_actor text, p_comment text)
 RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
 DECLARE
@@ -697,12 +982,13 @@ BEGIN
 	v_seq := cairn._append(p_run, v_seq + 1, 'ApprovalRejected', p_step, NULL, NULL,
 		jsonb_build_object('actor', p_actor, 'comment', p_comment), v_at);
 	INSERT INTO cairn.approvals VALUES (p_run, v_seq, p_step, 'rejected', p_actor, p_comment, v_at);
-	v_seq := cairn._after_failure(p_run, v_seq, v, 'StepFailed',
+	v_seq := cairn._refused(p_run, v_seq, v,
 		jsonb_build_object('reason', 'rejected', 'retryable', false,
 			'message', format('rejected by %s%s', p_actor,
 				CASE WHEN p_comment IS NULL THEN '' ELSE ': ' || p_comment END)), v_at);
 	PERFORM cairn._end(p_run, v_seq, v_at);
-	RETURN jsonb_build_object('step_status', 'failed',
+	RETURN jsonb_build_object(
+		'step_status', (SELECT status FROM cairn.steps WHERE run_id = p_run AND step_id = p_step),
 		'run_status', (SELECT status FROM cairn.runs WHERE run_id = p_run));
 END $$;
 
@@ -742,6 +1028,7 @@ BEGIN
 		jsonb_build_object('error', jsonb_build_object('reason', 'cancelled', 'actor', p_actor,
 			'message', p_reason)), v_at);
 	PERFORM cairn._end(p_run, v_seq, v_at);
+	PERFORM cairn._cancel_children(p_run, coalesce(p_reason, 'the parent run was cancelled'), v_at);
 	RETURN jsonb_build_object('run_status', 'cancelled');
 END $$;
 

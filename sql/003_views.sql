@@ -43,11 +43,12 @@ SELECT e.run_id, r.workflow, e.step_id, e.attempt,
                   'StepLeaseExpired', 'StepHeartbeat', 'CheckpointCommitted')
  GROUP BY e.run_id, r.workflow, e.step_id, e.attempt;
 
--- Approval steps waiting for a person, with what they are asked to approve.
+-- Steps waiting for people (approval steps, and run steps behind an
+-- "approve" gate), with what the approver is asked to look at.
 CREATE VIEW cairn.pending_approvals AS
-SELECT s.run_id, r.workflow, s.step_id,
-       s.spec->'approval'->>'prompt' AS prompt,
-       coalesce((s.spec->'approval'->>'quorum')::int, 1) AS quorum,
+SELECT s.run_id, r.workflow, s.step_id, s.kind,
+       cairn._approval_of(s)->>'prompt' AS prompt,
+       coalesce((cairn._approval_of(s)->>'quorum')::int, 1) AS quorum,
        (SELECT count(*) FROM cairn.approvals a
          WHERE a.run_id = s.run_id AND a.step_id = s.step_id AND a.decision = 'approved'
            AND a.at >= s.started_at) AS approvals,
@@ -56,10 +57,10 @@ SELECT s.run_id, r.workflow, s.step_id,
          ORDER BY e.seq DESC LIMIT 1) AS shows,
        s.started_at AS requested_at,
        s.wake_at AS times_out_at,
-       s.spec->'approval'->>'on_timeout' AS on_timeout
+       cairn._approval_of(s)->>'on_timeout' AS on_timeout
   FROM cairn.steps s
   JOIN cairn.runs r USING (run_id)
- WHERE s.kind = 'approval' AND s.status = 'waiting';
+ WHERE s.status = 'waiting' AND cairn._approval_of(s) IS NOT NULL;
 
 -- Who decided what, and when.
 CREATE VIEW cairn.approval_decisions AS
