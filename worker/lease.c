@@ -516,7 +516,7 @@ static void hb_result(PGresult *res, void *arg)
 		struct job *job = job_find(l, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
 
 		if (job)
-			job_fence(job, "lease lost");
+			job_fence(job, "cancelled, expired or taken over");
 	}
 }
 
