@@ -1447,7 +1447,7 @@ int workflow_normalize(json_t *def, json_t **out, json_t **errors)
 {
 	static const char *const keys[] = { "name", "description", "version", "defaults", "steps",
 					     "limits", "input", NULL };
-	struct ctx c = { json_array(), 0, json_object(), NULL };
+	struct ctx c = { json_array(), 0, json_object(), NULL, false };
 	struct defaults d;
 	json_t *res = NULL, *f, *steps, *limits = NULL;
 
@@ -1522,7 +1522,7 @@ out:
 int workflow_normalize_steps(const json_t *def, json_t *steps, json_t **out, json_t **errors)
 {
 	const char *spath = "$.cairn.add_steps";
-	struct ctx c = { json_array(), 0, json_object(), NULL };
+	struct ctx c = { json_array(), 0, json_object(), NULL, false };
 	struct defaults d;
 	json_t *known = json_object(), *res = NULL, *st, *f, *max;
 	size_t i;
