@@ -1425,7 +1425,8 @@ int checkpoint_capture(const char *dir, const struct checkpoint_manifest *base,
 	dircache_init(&cp.dc, cp.rootfd);
 	if (cap_walk(&cp, cp.rootfd, "", 0) < 0)
 		goto out;
-	qsort(cp.m->e, cp.m->n, sizeof(*cp.m->e), cmp_entry);
+	if (cp.m->n)
+		qsort(cp.m->e, cp.m->n, sizeof(*cp.m->e), cmp_entry);
 
 	/* room for the header, filled in at the end */
 	{

@@ -618,6 +618,17 @@ static void test_dir_comes_back(void)
 		checkpoint_result_release(&c[i]);
 	free(w);
 	free(r);
+
+	/* an empty workspace */
+	w = fresh_dir("w3");
+	r = fresh_dir("r4");
+	rc = checkpoint_capture(w, NULL, NULL, &c[0], err, sizeof(err));
+	chain[0] = (struct checkpoint_blob){ c[0].blob, c[0].stored_size, c[0].tree_hash };
+	ok(rc == 0 && c[0].entries == 0 && checkpoint_restore(r, chain, 1, c[0].tree_hash, NULL, NULL, err, sizeof(err)) == 0,
+	   "an empty workspace round-trips");
+	checkpoint_result_release(&c[0]);
+	free(w);
+	free(r);
 }
 
 /* Restores a crafted blob into a fresh directory; returns the result. */
