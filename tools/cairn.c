@@ -21,7 +21,7 @@ static const struct cmd commands[] = {
 	{ "submit", cmd_submit,
 	  "FILE [--input JSON|@FILE] [--idempotency-key KEY] [--wait|--watch] [--json]",
 	  "submit a workflow definition as a new run" },
-	{ "runs", cmd_runs, "[--status S] [--workflow W] [--limit N] [--json]",
+	{ "runs", cmd_runs, "[--status S] [--workflow W] [--limit N] [--after CURSOR] [--json]",
 	  "list runs, newest first" },
 	{ "status", cmd_status, "RUN [--json]", "show a run and its steps" },
 	{ "watch", cmd_watch, "RUN [--json]", "follow a run's events until it ends" },

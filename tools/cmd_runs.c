@@ -313,10 +313,11 @@ int cmd_runs(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		{ "status", required_argument, NULL, 's' },
 		{ "workflow", required_argument, NULL, 'w' },
 		{ "limit", required_argument, NULL, 'n' },
+		{ "after", required_argument, NULL, 'a' },
 		COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 }
 	};
-	const char *status = NULL, *workflow = NULL;
+	const char *status = NULL, *workflow = NULL, *after = NULL;
 	long limit = 20;
 	struct buf path = BUF_INIT;
 	json_t *reply = NULL, *run;
@@ -338,6 +339,9 @@ int cmd_runs(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 			if (*end || limit < 1 || limit > 1000)
 				return usage_error(self, "invalid --limit \"%s\": 1 to 1000", optarg);
 			break;
+		case 'a':
+			after = optarg;
+			break;
 		COMMON_OPT_CASES;
 		}
 	}
@@ -351,6 +355,10 @@ int cmd_runs(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 	if (workflow) {
 		buf_adds(&path, "&workflow=");
 		url_escape(&path, workflow);
+	}
+	if (after) {
+		buf_adds(&path, "&after=");
+		url_escape(&path, after);
 	}
 	ret = api_call(cn, "GET", path.data, NULL, NULL, 0, &reply);
 	if (ret != EXIT_OK)
@@ -373,6 +381,9 @@ int cmd_runs(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		       json_string_value(json_object_get(run, "run_id")), wf ? wf : "-",
 		       st ? st : "-", created, finished);
 	}
+	if (json_is_string(json_object_get(reply, "next")))
+		fprintf(stderr, "more: cairn runs --after %s\n",
+			json_string_value(json_object_get(reply, "next")));
 out:
 	buf_release(&path);
 	json_decref(reply);
@@ -475,6 +486,16 @@ int cmd_status(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		       (long long)json_integer_value(json_object_get(step, "attempt")),
 		       nb.len ? nb.data : "-", error_text(json_object_get(step, "error"), &tmp));
 		buf_release(&nb);
+	}
+
+	json_array_foreach(steps, i, step) {
+		const char *id = json_string_value(json_object_get(step, "step_id"));
+		const char *kind = json_string_value(json_object_get(step, "kind"));
+		const char *sst = json_string_value(json_object_get(step, "status"));
+
+		if (id && kind && sst && strcmp(kind, "approval") == 0 && strcmp(sst, "waiting") == 0)
+			printf("\nstep \"%s\" waits for a decision: cairn approve %s %s  (or cairn reject)\n",
+			       id, run_id, id);
 	}
 
 	/* Every failed attempt, with its reason, from the event history. */
