@@ -27,6 +27,7 @@
 #include "sandbox_proxy.h"
 
 #define MAX_HEAD 8192
+#define MAX_QUEUED (256 * 1024)
 #define MAX_ALLOW 100
 #define DEFAULT_MAX_CONNS 64
 #define DEFAULT_MAX_BYTES (1LL << 30)
@@ -44,7 +45,7 @@ struct conn {
 	struct evdns_getaddrinfo_request *dns;
 	char host[256], target[300], method[16];
 	int port;
-	bool connect_method, literal_ok, dead, connected;
+	bool connect_method, literal_ok, dead, connected, closing;
 	struct evbuffer *head;          /* rewritten request head for plain HTTP */
 };
 
@@ -224,14 +225,32 @@ static void deny(struct conn *c, int code, const char *why)
 static void relay_read(struct bufferevent *from, void *arg);
 static void relay_event(struct bufferevent *bev, short what, void *arg);
 
-/* Closes c once its sandbox side has flushed what we queued. */
+/* Closes c once its sandbox side has flushed what we queued; else the
+ * other side may read again (back-pressure, see relay_read). */
 static void in_write(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 
 	(void)bev;
-	if (c->dead)
+	if (c->dead) {
 		conn_free(c);
+		return;
+	}
+	if (c->out && c->connected)
+		bufferevent_enable(c->out, EV_READ);
+}
+
+static void out_write(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)bev;
+	if (c->closing) {
+		conn_free(c);
+		return;
+	}
+	if (c->connected && !c->dead)
+		bufferevent_enable(c->in, EV_READ);
 }
 
 static void relay_read(struct bufferevent *from, void *arg)
@@ -252,6 +271,11 @@ static void relay_read(struct bufferevent *from, void *arg)
 		return;
 	}
 	evbuffer_add_buffer(bufferevent_get_output(to), src);
+	/* A side that does not read must not make us buffer without end. */
+	if (evbuffer_get_length(bufferevent_get_output(to)) > MAX_QUEUED) {
+		bufferevent_disable(from, EV_READ);
+		bufferevent_setwatermark(to, EV_WRITE, MAX_QUEUED / 4, 0);
+	}
 }
 
 static void relay_event(struct bufferevent *bev, short what, void *arg)
@@ -280,12 +304,29 @@ static void relay_event(struct bufferevent *bev, short what, void *arg)
 		deny(c, 502, "connection failed");
 		return;
 	}
+	/* One end is done: pass on what it sent, flush, then close both. */
+	if (c->dead || c->closing) {
+		conn_free(c);
+		return;
+	}
+	if (evbuffer_get_length(bufferevent_get_input(bev)) > 0) {
+		struct bufferevent *to = bev == c->in ? c->out : c->in;
+
+		if (to)
+			evbuffer_add_buffer(bufferevent_get_output(to), bufferevent_get_input(bev));
+	}
 	if (bev == c->out && evbuffer_get_length(bufferevent_get_output(c->in)) > 0) {
-		/* The remote end is done: flush the rest to the sandbox, then close. */
 		bufferevent_free(c->out);
 		c->out = NULL;
 		c->dead = true;
 		bufferevent_disable(c->in, EV_READ);
+		bufferevent_setwatermark(c->in, EV_WRITE, 0, 0);
+		return;
+	}
+	if (bev == c->in && c->out && evbuffer_get_length(bufferevent_get_output(c->out)) > 0) {
+		c->closing = true;
+		bufferevent_disable(c->in, EV_READ);
+		bufferevent_setwatermark(c->out, EV_WRITE, 0, 0);
 		return;
 	}
 	conn_free(c);
@@ -304,7 +345,7 @@ static void start_connect(struct conn *c, const struct sockaddr *sa, socklen_t l
 		deny(c, 502, "out of memory");
 		return;
 	}
-	bufferevent_setcb(c->out, relay_read, NULL, relay_event, c);
+	bufferevent_setcb(c->out, relay_read, out_write, relay_event, c);
 	plog(c->px, "cairn-proxy: allowed %s %s:%d (%s)", c->method, c->host, c->port, ip);
 	if (bufferevent_socket_connect(c->out, sa, (int)len) < 0) {
 		bufferevent_free(c->out);
