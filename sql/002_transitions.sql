@@ -220,6 +220,13 @@ BEGIN
 		END IF;
 	WHEN 'workflow' THEN
 		v_child := cairn._start_child(p_run, v, p_at);
+		IF v_child IS NULL THEN
+			RETURN cairn._after_failure(p_run, p_seq, v, 'StepFailed',
+				jsonb_build_object('reason', 'unknown_workflow', 'retryable', false,
+					'message', format('workflow "%s" (version %s) is not stored',
+						v_spec->'workflow'->>'name',
+						coalesce(v_spec->'workflow'->>'version', 'latest'))), p_at);
+		END IF;
 		p_seq := cairn._append(p_run, p_seq + 1, 'StepWaiting', v.step_id, NULL, NULL,
 			jsonb_build_object('reason', 'child', 'child_run', v_child,
 				'wake_at', p_at + (v_spec->>'timeout_ms')::bigint * interval '1 ms'), p_at);
@@ -839,15 +846,27 @@ BEGIN
 	RETURN n;
 END $$;
 
--- Starts the child run of a "workflow" step: its definition (normalized by
--- the engine at submit) and input come from the step's spec.
+-- Starts the child run of a "workflow" step: its definition comes inline
+-- from the step's spec (normalized by the engine at submit) or by name from
+-- workflow_defs (NULL when no such definition is stored); its input from
+-- the spec, else the outputs of its needs.
 CREATE FUNCTION cairn._start_child(p_run uuid, v cairn.steps, p_at timestamptz)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
-	v_def jsonb := v.spec->'workflow'->'definition';
-	v_input jsonb := v.spec->'workflow'->'input';
+	w jsonb := v.spec->'workflow';
+	v_def jsonb := nullif(w->'definition', 'null');
+	v_input jsonb := w->'input';
 	v_child uuid;
 BEGIN
+	IF v_def IS NULL THEN
+		-- by name: the version named, else the latest
+		SELECT d.definition INTO v_def FROM cairn.workflow_defs d
+		 WHERE d.name = w->>'name' AND (w->>'version' IS NULL OR d.version = (w->>'version')::int)
+		 ORDER BY d.version DESC LIMIT 1;
+		IF v_def IS NULL THEN
+			RETURN NULL;
+		END IF;
+	END IF;
 	IF v_input IS NULL THEN
 		SELECT coalesce(jsonb_object_agg(step_id, output), '{}') INTO v_input FROM cairn.steps
 		 WHERE run_id = p_run AND step_id = ANY (v.needs);

@@ -3,7 +3,7 @@
 \pset tuples_only true
 BEGIN;
 \ir setup.psql
-SELECT plan(36);
+SELECT plan(38);
 
 -- add_steps: an agent loop appends its next iteration
 SELECT run_id AS run FROM cairn.submit(jsonb_build_object('name', 'loop', 'limits',
@@ -106,6 +106,14 @@ SELECT is(cairn.workflow_put('wf', pg_temp.def(pg_temp.step('b'))), 2, 'a change
 SELECT is(cairn.workflow_put('wf', pg_temp.def(pg_temp.step('b'))), 2, 'the same definition keeps its version');
 SELECT cairn.schedule_put('nightly', '0 3 * * *', pg_temp.def(pg_temp.step('a')), '{}', 'one',
 	'2026-01-01T03:00:00Z');
+SELECT pg_temp.new_run(pg_temp.def(pg_temp.step('byname', '{}', 1, 'workflow',
+	'{"workflow": {"name": "wf"}}'))) AS bn \gset
+SELECT is((SELECT spec->'steps'->0->>'id' FROM (SELECT definition AS spec FROM cairn.runs
+	WHERE parent_run_id = :'bn') d), 'b', 'a workflow step by name runs the latest version');
+SELECT pg_temp.new_run(pg_temp.def(pg_temp.step('ghost', '{}', 1, 'workflow',
+	'{"workflow": {"name": "nope"}}'))) AS gh \gset
+SELECT is((SELECT failure_reason FROM cairn.run_history WHERE run_id = :'gh'), 'unknown_workflow',
+	'a workflow step naming no stored definition fails its run');
 SELECT isnt(cairn.schedule_fire('nightly', '2026-01-01T03:00:00Z', '2026-01-02T03:00:00Z', true), NULL,
 	'the tick starts a run');
 SELECT is(cairn.schedule_fire('nightly', '2026-01-01T03:00:00Z', '2026-01-02T03:00:00Z', true), NULL,
