@@ -1485,6 +1485,7 @@ int sandbox_check_host(char *err, size_t errlen)
 
 	if (sandbox_cgroup_probe(err, errlen) < 0)
 		return -1;
+	sandbox_cgroup_sweep();
 	if (!mkdtemp(tmpl)) {
 		snprintf(err, errlen, "could not create a scratch directory: %s", strerror(errno));
 		return -1;

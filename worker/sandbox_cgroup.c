@@ -3,6 +3,7 @@
  * used when it has the memory and pids controllers, else cgroup v1. */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -351,6 +352,56 @@ void sandbox_cgroup_stats(struct sandbox_cgroup *cg, struct sandbox_cgroup_stats
 		st->oom_kills = 0;
 	if (st->pids_denied < 0)
 		st->pids_denied = 0;
+}
+
+/* Removes the cgroups of dead creators in base ("cairn-PID-..."). */
+static void sweep_dir(const char *base, int version)
+{
+	struct sandbox_cgroup cg;
+	struct dirent *de;
+	DIR *d = opendir(base);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		long pid;
+		char *end;
+
+		if (strncmp(de->d_name, "cairn-", 6) != 0)
+			continue;
+		pid = strtol(de->d_name + 6, &end, 10);
+		if (end == de->d_name + 6 || *end != '-' || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		memset(&cg, 0, sizeof(cg));
+		cg.version = version;
+		if (snprintf(cg.dir[CG_PIDS], sizeof(cg.dir[CG_PIDS]), "%s/%s", base, de->d_name) >= (int)sizeof(cg.dir[0]))
+			continue;
+		if (version == 2)
+			memcpy(cg.dir[0], cg.dir[CG_PIDS], sizeof(cg.dir[0]));
+		cg.have[version == 2 ? 0 : CG_PIDS] = true;
+		sandbox_cgroup_kill(&cg);
+		for (int i = 0; i < 100 && rmdir(cg.dir[version == 2 ? 0 : CG_PIDS]) < 0 && errno == EBUSY; i++)
+			usleep(10000);
+	}
+	closedir(d);
+}
+
+void sandbox_cgroup_sweep(void)
+{
+	char self[PATH_MAX - 64], base[PATH_MAX];
+	const char *root = v2_root(self, sizeof(self));
+
+	if (root) {
+		snprintf(base, sizeof(base), "%s%s", root, strcmp(self, "/") ? self : "");
+		sweep_dir(base, 2);
+		return;
+	}
+	for (int c = 0; c < CG_N; c++) {
+		if (self_cgroup(v1_names[c], self, sizeof(self)) < 0)
+			continue;
+		snprintf(base, sizeof(base), CG_ROOT "/%s%s", v1_names[c], strcmp(self, "/") ? self : "");
+		sweep_dir(base, 1);
+	}
 }
 
 void sandbox_cgroup_free(struct sandbox_cgroup *cg)

@@ -29,6 +29,9 @@ int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_
 /* SIGKILLs every process in the cgroup. */
 void sandbox_cgroup_kill(struct sandbox_cgroup *cg);
 void sandbox_cgroup_stats(struct sandbox_cgroup *cg, struct sandbox_cgroup_stats *st);
+/* Removes sandbox cgroups left by processes that died without cleaning
+ * up (e.g. a worker killed with SIGKILL), killing what runs in them. */
+void sandbox_cgroup_sweep(void);
 /* Removes the cgroup(s) (killing what is left) and frees cg. */
 void sandbox_cgroup_free(struct sandbox_cgroup *cg);
 
