@@ -1086,13 +1086,75 @@ static void parse_defaults(struct ctx *c, json_t *v, const char *path, struct de
 }
 
 static const char *const step_keys[] = {
-	"id", "needs", "run", "approval", "sleep", "wait_signal", "timeout", "retry", "queue",
+	"id", "needs", "run", "approval", "sleep", "wait_signal", "workflow", "timeout", "retry", "queue",
 	"priority", "env", "secrets", "sandbox", "checkpoint", "approve", "concurrency", "rate",
 	"description", NULL
 };
-static const char *const kind_keys[] = { "run", "approval", "sleep", "wait_signal", NULL };
+static const char *const kind_keys[] = { "run", "approval", "sleep", "wait_signal", "workflow", NULL };
 static const char *const run_only_keys[] = { "env", "secrets", "sandbox", "checkpoint", "approve",
 					      "concurrency", "rate", NULL };
+
+/* How deep child definitions nest inside one another, at most. */
+#define MAX_CHILD_DEPTH 4
+static __thread int child_depth;
+
+/* A child run: {"definition": {...}} normalized here (its errors under
+ * path.definition), or {"name": N, "version": V} of a stored definition
+ * the store looks up when the step starts; "input" optional. */
+static json_t *norm_child(struct ctx *c, json_t *v, const char *path)
+{
+	static const char *const keys[] = { "definition", "name", "version", "input", NULL };
+	char p[PATHLEN];
+	json_t *out = json_object(), *f, *def = NULL, *errs = NULL, *e;
+	size_t i;
+
+	if (!want_type(c, v, JSON_OBJECT, "an object with \"definition\" or \"name\"", path))
+		return out;
+	check_keys(c, v, path, keys);
+	if (!!json_object_get(v, "definition") == !!json_object_get(v, "name"))
+		err_at(c, path, "needs exactly one of \"definition\" and \"name\"");
+	if ((f = json_object_get(v, "name"))) {
+		path_key(p, path, "name");
+		if (get_name(c, f, p, 128, NAME_CHARS, "workflow name"))
+			json_object_set(out, "name", f);
+	}
+	if ((f = json_object_get(v, "version"))) {
+		int64_t n;
+
+		path_key(p, path, "version");
+		if (get_int(c, f, p, 1, INT32_MAX, &n) == 0)
+			json_object_set_new(out, "version", json_integer(n));
+	}
+	if ((f = json_object_get(v, "input"))) {
+		path_key(p, path, "input");
+		if (!depth_ok(f, 0))
+			err_at(c, p, "is nested too deeply (at most %d levels)", MAX_INPUT_DEPTH);
+		else
+			json_object_set_new(out, "input", json_deep_copy(f));
+	}
+	if ((f = json_object_get(v, "definition"))) {
+		path_key(p, path, "definition");
+		if (child_depth >= MAX_CHILD_DEPTH) {
+			err_at(c, p, "child workflows nest too deeply (at most %d levels)", MAX_CHILD_DEPTH);
+		} else {
+			child_depth++;
+			if (workflow_normalize(f, &def, &errs) == 0) {
+				json_object_set_new(out, "definition", def);
+			} else {
+				json_array_foreach(errs, i, e) {
+					const char *ep = json_string_value(json_object_get(e, "path"));
+					char full[PATHLEN];
+
+					snprintf(full, sizeof(full), "%s%s", p, ep && ep[0] == '$' ? ep + 1 : "");
+					err_at(c, full, "%s", json_string_value(json_object_get(e, "message")));
+				}
+				json_decref(errs);
+			}
+			child_depth--;
+		}
+	}
+	return out;
+}
 
 struct graph {
 	size_t n;
@@ -1174,7 +1236,7 @@ static json_t *norm_step(struct ctx *c, json_t *st, const char *path, size_t idx
 			       kind_keys[i]);
 	}
 	if (!kind)
-		err_at(c, path, "missing kind: a step needs one of \"run\", \"approval\", \"sleep\" or \"wait_signal\"");
+		err_at(c, path, "missing kind: a step needs one of \"run\", \"approval\", \"sleep\", \"wait_signal\" or \"workflow\"");
 
 	d = *dflt;
 	d.env = d.sandbox = NULL;
@@ -1273,6 +1335,10 @@ static json_t *norm_step(struct ctx *c, json_t *st, const char *path, size_t idx
 	if ((kv = json_object_get(st, "wait_signal"))) {
 		path_key(p, path, "wait_signal");
 		json_object_set_new(out, "signal", norm_signal(c, kv, p));
+	}
+	if ((kv = json_object_get(st, "workflow"))) {
+		path_key(p, path, "workflow");
+		json_object_set_new(out, "workflow", norm_child(c, kv, p));
 	}
 	return out;
 }

@@ -10,7 +10,7 @@
  *              steps added at run time get the same defaults)
  *
  * Every normalized step has id, kind ("run" | "approval" | "sleep" |
- * "wait_signal"), needs, timeout_ms, queue, priority, retry
+ * "wait_signal" | "workflow"), needs, timeout_ms, queue, priority, retry
  * {max_attempts, backoff, initial_ms, max_ms, jitter, permanent_exit_codes},
  * and description when one was given. By kind:
  *   run:         run (argv array), env {}, secrets [], sandbox {},
@@ -19,6 +19,8 @@
  *   approval:    approval <approval>
  *   sleep:       sleep_ms
  *   wait_signal: signal {name, timeout_ms (int or null)}
+ *   workflow:    workflow {definition (normalized) | name [, version]
+ *                [, input]}: a child run (definitions nest at most 4 deep)
  * where <approval> is {prompt, timeout_ms (int or null), on_timeout
  * ("reject" | "approve" | "fail"), on_reject ("fail" | "skip"), quorum, show [step ids]}.
  *

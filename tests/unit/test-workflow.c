@@ -729,6 +729,43 @@ static void test_add_steps(void)
 	json_decref(run);
 }
 
+static void test_open_world_and_children(void)
+{
+	json_t *ctx = J("{'defaults': {'queue': 'q2'}, 'limits': {'max_steps': 100}}");
+	json_t *add, *out = NULL, *errors = NULL, *n;
+
+	add = J("[{'id': 'next', 'needs': ['added-earlier'], 'run': 'z'}]");
+	ok(workflow_normalize_steps(ctx, add, &out, &errors) == 0,
+	   "without the run's steps, needs outside the batch are left to the store");
+	is_str(gets(json_array_get(out, 0), "queue", NULL), "q2", "and defaults still apply");
+	json_decref(add);
+	json_decref(out);
+	json_decref(ctx);
+
+	n = accept("{'name': 'p', 'steps': [{'id': 'c', 'workflow': {'definition': "
+		   "{'name': 'kid', 'steps': [{'id': 'k', 'run': 'true'}]}, 'input': {'a': 1}}}]}");
+	ok(n != NULL, "an inline child workflow is accepted");
+	is_str(gets(step(n, 0), "kind", NULL), "workflow", "its kind is workflow");
+	is_int(geti(json_array_get(json_object_get(json_object_get(json_object_get(step(n, 0), "workflow"),
+		"definition"), "steps"), 0), "timeout_ms", NULL), 600000, "the child definition is normalized too");
+	json_decref(n);
+	n = accept("{'name': 'p', 'steps': [{'id': 'c', 'workflow': {'name': 'stored', 'version': 2}}]}");
+	ok(n != NULL && geti(step(n, 0), "workflow", "version") == 2, "a child workflow by name and version");
+	json_decref(n);
+	refused("{'name': 'p', 'steps': [{'id': 'c', 'workflow': {'definition': {'name': 'kid', 'steps': "
+		"[{'id': 'k', 'run': 'true', 'bogus': 1}]}}}]}", "$.steps[0].workflow.definition.steps[0].bogus",
+		"unknown key", "an inline child's errors carry their full path");
+	refused("{'name': 'p', 'steps': [{'id': 'c', 'workflow': {'name': 'a', 'definition': {}}}]}",
+		"$.steps[0].workflow", "exactly one", "a child has a definition or a name, not both");
+	refused("{'name': 'p', 'steps': [{'id': 'c', 'workflow': {'definition': {'name': 'a', 'steps': [{'id': 'b',"
+		" 'workflow': {'definition': {'name': 'a', 'steps': [{'id': 'b', 'workflow': {'definition': {'name':"
+		" 'a', 'steps': [{'id': 'b', 'workflow': {'definition': {'name': 'a', 'steps': [{'id': 'b',"
+		" 'workflow': {'definition': {'name': 'a', 'steps': [{'id': 'b', 'run': 'x'}]}}}]}}}]}}}]}}}]}}}]}",
+		"$.steps[0].workflow.definition.steps[0].workflow.definition.steps[0].workflow.definition"
+		".steps[0].workflow.definition.steps[0].workflow.definition",
+		"nest too deeply", "child workflows nest at most four deep");
+}
+
 int main(void)
 {
 	test_examples();
@@ -739,5 +776,6 @@ int main(void)
 	test_many_errors();
 	test_hostile();
 	test_add_steps();
+	test_open_world_and_children();
 	return done_testing();
 }
