@@ -62,6 +62,7 @@ struct api {
 	struct waiter_list waiters, dead;
 	int nwaiters;
 	struct event *reaper;
+	int64_t statement_timeout_ms;
 	bool draining;
 	uint64_t runs_created, runs_deduplicated, notifications;
 };
@@ -143,6 +144,9 @@ static void reply_db_error(struct http_req *r, const PGresult *res, const char *
 		http_reply_error(r, 404, "not_found", pgq_errmsg(res), NULL);
 	} else if (!strcmp(st, CAIRN_SQLSTATE_INVALID)) {
 		http_reply_error(r, 400, "invalid_request", pgq_errmsg(res), NULL);
+	} else if (!strcmp(st, "57014")) {
+		log_warn("%s: the statement timeout cancelled it", what);
+		http_reply_error(r, 503, "unavailable", "the database took too long; retry later", NULL);
 	} else if (!strncmp(st, "08", 2) || !strncmp(st, "57P", 3) || !strncmp(st, "53", 2)) {
 		log_warn("%s: database unavailable: SQLSTATE %s", what, st);
 		http_reply_error(r, 503, "unavailable", "the database is unavailable; retry later", NULL);
@@ -1033,6 +1037,19 @@ const struct http_route *api_routes(void)
 	return routes;
 }
 
+/* Each request connection gets the statement timeout, so one stuck query
+ * cannot hold a connection (and the requests queued behind it) forever. */
+static void on_request_connect(struct pgq *q, void *arg)
+{
+	struct api *a = arg;
+	char sql[64];
+
+	if (a->statement_timeout_ms <= 0)
+		return;
+	snprintf(sql, sizeof(sql), "set statement_timeout = %" PRId64, a->statement_timeout_ms);
+	pgq_exec(q, sql, 0, NULL, NULL, NULL);
+}
+
 struct api *api_new(struct event_base *base, const struct api_opts *opts)
 {
 	struct api *a = xcalloc(1, sizeof(*a));
@@ -1044,8 +1061,11 @@ struct api *api_new(struct event_base *base, const struct api_opts *opts)
 	TAILQ_INIT(&a->waiters);
 	TAILQ_INIT(&a->dead);
 	a->reaper = event_new(base, -1, 0, reaper_cb, a);
-	for (int i = 0; i < a->nconns; i++)
+	a->statement_timeout_ms = opts->statement_timeout_ms;
+	for (int i = 0; i < a->nconns; i++) {
 		a->conns[i] = pgq_new(base, opts->database_url, "cairnd");
+		pgq_on_connect(a->conns[i], on_request_connect, a);
+	}
 	a->listen = pgq_new(base, opts->database_url, "cairnd-listen");
 	pgq_on_connect(a->listen, on_listen_connect, a);
 	pgq_listen(a->listen, "cairn_events", on_notify, a);

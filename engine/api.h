@@ -5,6 +5,7 @@
 #define CAIRN_API_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "http.h"
 
@@ -15,6 +16,7 @@ struct api_opts {
 	const char *database_url; /* borrowed, copied by the connections */
 	int connections;          /* request connections, >= 1 */
 	const char *tenant;       /* borrowed; must outlive the api */
+	int64_t statement_timeout_ms; /* per query on the request connections; 0: none */
 };
 
 /* Returns new; starts connecting at once. Caller frees with api_free. */

@@ -34,6 +34,7 @@ static struct {
 	int64_t duty_interval;
 	char *tenant;
 	int64_t shutdown_timeout;
+	int64_t statement_timeout;
 } conf;
 
 static const struct config_opt options[] = {
@@ -60,6 +61,9 @@ static const struct config_opt options[] = {
 	{ .name = "shutdown-timeout", .type = CONFIG_DURATION, .dst = &conf.shutdown_timeout,
 	  .def = "15s", .min = 0, .max = 600000,
 	  .help = "how long SIGTERM waits for requests in flight" },
+	{ .name = "statement-timeout", .type = CONFIG_DURATION, .dst = &conf.statement_timeout,
+	  .def = "30s", .min = 0, .max = 3600000,
+	  .help = "longest database statement of an API request (0: no limit)" },
 	{ .name = NULL }
 };
 
@@ -232,6 +236,7 @@ int main(int argc, char **argv)
 	aopts.database_url = conf.database_url;
 	aopts.connections = (int)conf.db_connections;
 	aopts.tenant = conf.tenant;
+	aopts.statement_timeout_ms = conf.statement_timeout;
 	d.api = api_new(d.base, &aopts);
 	hopts.max_body = (size_t)conf.max_body;
 	hopts.no_auth = conf.no_auth;
