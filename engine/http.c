@@ -118,6 +118,20 @@ static void req_free(struct http_req *r)
 	free(r);
 }
 
+static const char *method_name(enum evhttp_cmd_type t)
+{
+	switch (t) {
+	case EVHTTP_REQ_GET: return "GET";
+	case EVHTTP_REQ_POST: return "POST";
+	case EVHTTP_REQ_HEAD: return "HEAD";
+	case EVHTTP_REQ_PUT: return "PUT";
+	case EVHTTP_REQ_DELETE: return "DELETE";
+	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+	case EVHTTP_REQ_PATCH: return "PATCH";
+	default: return "OTHER";
+	}
+}
+
 static void send_buffer(struct http_req *r, int status, const char *ctype, const char *data,
 			size_t len)
 {
@@ -134,8 +148,7 @@ static void send_buffer(struct http_req *r, int status, const char *ctype, const
 	if (b)
 		evbuffer_free(b);
 	record(r->s, r->route_idx, status, mono_us() - r->start_us);
-	log_debug("%s %s -> %d (%" PRId64 " us)",
-		  evhttp_request_get_command(r->ev) == EVHTTP_REQ_GET ? "GET" : "POST",
+	log_debug("%s %s -> %d (%" PRId64 " us)", method_name(evhttp_request_get_command(r->ev)),
 		  r->route ? r->route->name : "unmatched", status, mono_us() - r->start_us);
 	req_free(r);
 }
@@ -421,20 +434,6 @@ static void authenticate(struct http_req *r)
 		return;
 	}
 	r->s->opts.auth(r, hash, r->s->opts.arg);
-}
-
-static const char *method_name(enum evhttp_cmd_type t)
-{
-	switch (t) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	case EVHTTP_REQ_PATCH: return "PATCH";
-	default: return "OTHER";
-	}
 }
 
 static void on_request(struct evhttp_request *ev, void *arg)
