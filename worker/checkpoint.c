@@ -590,6 +590,7 @@ struct chunk {
 	const uint8_t *src;	/* restore: the LZ4 frame, borrowed */
 	size_t srclen;
 	uint8_t (*hashes)[CHECKPOINT_HASH_LEN];	/* restore: block hashes */
+	LZ4F_dctx *dctx;
 	size_t nhashes, hcap;
 	int accel;
 	bool verify;		/* restore: hash the blocks */
@@ -713,6 +714,8 @@ static void chunk_free(struct chunk *c)
 	free(c->raw);
 	free(c->out);
 	free(c->hashes);
+	if (c->dctx)
+		LZ4F_freeDecompressionContext(c->dctx);
 	free(c);
 }
 
@@ -1672,7 +1675,6 @@ static size_t rec_len(const uint8_t *p, size_t len)
 /* Decompresses one frame and hashes the blocks in it. */
 static void decompress_job(struct chunk *c)
 {
-	LZ4F_dctx *d = NULL;
 	LZ4F_decompressOptions_t o = { .stableDst = 1 };
 	uint32_t stored = get32(c->src), want = get32(c->src + 4);
 	const uint8_t *src = c->src + FRAME_PREFIX;
@@ -1681,22 +1683,26 @@ static void decompress_job(struct chunk *c)
 	c->rc = -1;
 	c->nhashes = 0;
 	c->rawlen = 0;
-	if (c->rawcap < want) {
+	/* room for a whole 4 MiB block, so that LZ4F decodes in place */
+	if (c->rawcap < CHUNK_CAP) {
 		free(c->raw);
-		c->raw = xmalloc(want);
-		c->rawcap = want;
+		c->raw = xmalloc(CHUNK_CAP);
+		c->rawcap = CHUNK_CAP;
 	}
-	if (LZ4F_isError(LZ4F_createDecompressionContext(&d, LZ4F_VERSION))) {
+	if (c->dctx) {
+		LZ4F_resetDecompressionContext(c->dctx);
+	} else if (LZ4F_isError(LZ4F_createDecompressionContext(&c->dctx, LZ4F_VERSION))) {
+		c->dctx = NULL;
 		snprintf(c->err, sizeof(c->err), "lz4: out of memory");
 		return;
 	}
 	while (used < stored) {
-		size_t dl = want - done, sl = stored - used;
+		size_t dl = c->rawcap - done, sl = stored - used;
 
-		r = LZ4F_decompress(d, c->raw + done, &dl, src + used, &sl, &o);
+		r = LZ4F_decompress(c->dctx, c->raw + done, &dl, src + used, &sl, &o);
 		if (LZ4F_isError(r)) {
 			snprintf(c->err, sizeof(c->err), "corrupt frame (lz4: %s)", LZ4F_getErrorName(r));
-			goto out;
+			return;
 		}
 		done += dl;
 		used += sl;
@@ -1705,12 +1711,12 @@ static void decompress_job(struct chunk *c)
 	}
 	if (r != 0) {
 		snprintf(c->err, sizeof(c->err), "truncated frame (%zu of %u bytes decoded)", done, want);
-		goto out;
+		return;
 	}
 	if (used != stored || done != want) {
 		snprintf(c->err, sizeof(c->err), "frame length mismatch (%zu of %u stored bytes, %zu of %u raw bytes)",
 			 used, stored, done, want);
-		goto out;
+		return;
 	}
 	c->rawlen = done;
 	c->rc = 0;
@@ -1727,8 +1733,6 @@ static void decompress_job(struct chunk *c)
 		}
 		sha256(c->raw + off + BLOCK_HDR, n - BLOCK_HDR, c->hashes[c->nhashes++]);
 	}
-out:
-	LZ4F_freeDecompressionContext(d);
 }
 
 /* ---- restore ---- */
