@@ -214,23 +214,23 @@ static int add_rules(scmp_filter_ctx ctx, const struct sandbox_policy *pol, char
 		goto fail;
 
 	/* socket: only AF_UNIX (when enabled), AF_INET, AF_INET6, AF_NETLINK;
-	 * no raw or packet sockets. */
-	for (int fam = 0; fam < 64; fam++) {
+	 * no raw or packet sockets. Families above AF_NETLINK in one rule. */
+	for (int fam = 0; fam <= AF_NETLINK; fam++) {
 		if (fam == AF_INET || fam == AF_INET6 || fam == AF_NETLINK || (fam == AF_UNIX && pol->unix_sockets))
 			continue;
 		/* libc probes AF_UNIX for nscd and syslog on every lookup: refuse
 		 * quietly (socketpair stays allowed). */
-		if (fam == AF_UNIX) {
-			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, fam));
-			if (rc < 0)
-				goto fail;
-			continue;
-		}
-		rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, fam));
+		rc = seccomp_rule_add(ctx, fam == AF_UNIX ? SCMP_ACT_ERRNO(EPERM) : SCMP_ACT_NOTIFY,
+				      SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, fam));
 		if (rc < 0)
 			goto fail;
 	}
-	rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GE, 64));
+	rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GT, AF_NETLINK));
+	if (rc < 0)
+		goto fail;
+	/* Netlink: NETLINK_ROUTE (0) only, enough for `ip addr`. */
+	rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
+			      SCMP_A2(SCMP_CMP_NE, 0));
 	if (rc < 0)
 		goto fail;
 	for (int k = 0; k < 2; k++) {
