@@ -64,6 +64,7 @@ struct api {
 	struct event *reaper;
 	int64_t statement_timeout_ms;
 	bool draining;
+	bool heard_events; /* a cairn_events notification arrived on this connection */
 	uint64_t runs_created, runs_deduplicated, notifications;
 };
 
@@ -773,14 +774,23 @@ static void h_events(struct http_req *r, void *arg)
 }
 
 /* LISTEN: cairn_events carries the run id of each transaction that
- * appended events; cairn_ready says work became ready somewhere. */
+ * appended events, and wakes that run's long-polls. cairn_ready says work
+ * became ready somewhere: it wakes every long-poll, but only until the
+ * store has shown that it sends cairn_events (every transaction that
+ * makes work ready appends events too), so a busy store does not make
+ * each long-poll look again for every ready step. */
 static void on_notify(const char *channel, const char *payload, void *arg)
 {
 	struct api *a = arg;
 	struct waiter *w, *next;
-	bool all = strcmp(channel, "cairn_events") != 0 || !payload || !is_uuid(payload);
+	bool events = !strcmp(channel, "cairn_events");
+	bool all = !events || !payload || !is_uuid(payload);
 
 	a->notifications++;
+	if (events)
+		a->heard_events = true;
+	else if (a->heard_events)
+		return;
 	for (w = TAILQ_FIRST(&a->waiters); w; w = next) {
 		next = TAILQ_NEXT(w, link);
 		if (all || !strcasecmp(w->run_id, payload))
@@ -794,6 +804,7 @@ static void on_listen_connect(struct pgq *q, void *arg)
 	struct api *a = arg;
 	struct waiter *w, *next;
 
+	a->heard_events = false;
 	for (w = TAILQ_FIRST(&a->waiters); w; w = next) {
 		next = TAILQ_NEXT(w, link);
 		waiter_wake(w);
