@@ -14,6 +14,8 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sandbox.h"
@@ -322,11 +324,70 @@ out:
 	return ret;
 }
 
+/* Compiling takes a while (~0.5 ms); a process spawning many sandboxes
+ * reuses the last policy built without step additions. */
+static struct {
+	bool valid, unix_sockets;
+	char path[4096];
+	struct timespec mtime;
+	struct sandbox_policy pol;
+} cache;
+
+static bool cache_key(const char *path, bool unix_sockets, struct timespec *mtime)
+{
+	struct stat st;
+
+	memset(mtime, 0, sizeof(*mtime));
+	if (path) {
+		if (strlen(path) >= sizeof(cache.path) || stat(path, &st) < 0)
+			return false;
+		*mtime = st.st_mtim;
+	}
+	(void)unix_sockets;
+	return true;
+}
+
+static bool cache_get(struct sandbox_policy *pol, const char *path, bool unix_sockets)
+{
+	struct timespec mt;
+
+	if (!cache.valid || cache.unix_sockets != unix_sockets || strcmp(cache.path, path ? path : "") != 0 ||
+	    !cache_key(path, unix_sockets, &mt) || mt.tv_sec != cache.mtime.tv_sec || mt.tv_nsec != cache.mtime.tv_nsec)
+		return false;
+	*pol = cache.pol;
+	pol->bpf = malloc(cache.pol.bpf_len * sizeof(struct sock_filter));
+	if (!pol->bpf)
+		return false;
+	memcpy(pol->bpf, cache.pol.bpf, cache.pol.bpf_len * sizeof(struct sock_filter));
+	return true;
+}
+
+static void cache_put(const struct sandbox_policy *pol, const char *path, bool unix_sockets)
+{
+	void *bpf = malloc(pol->bpf_len * sizeof(struct sock_filter));
+
+	if (!bpf || !cache_key(path, unix_sockets, &cache.mtime)) {
+		free(bpf);
+		return;
+	}
+	free(cache.pol.bpf);
+	cache.pol = *pol;
+	cache.pol.bpf = bpf;
+	memcpy(bpf, pol->bpf, pol->bpf_len * sizeof(struct sock_filter));
+	snprintf(cache.path, sizeof(cache.path), "%s", path ? path : "");
+	cache.unix_sockets = unix_sockets;
+	cache.valid = true;
+}
+
 int sandbox_policy_build(struct sandbox_policy *pol, const char *policy_path,
 			 const json_t *step_seccomp, bool unix_sockets, char *err, size_t errlen)
 {
+	bool plain = !step_seccomp || json_object_size(step_seccomp) == 0;
 	json_t *file = NULL;
 	int ret = -1;
+
+	if (plain && cache_get(pol, policy_path, unix_sockets))
+		return 0;
 
 	memset(pol, 0, sizeof(*pol));
 	pol->unix_sockets = unix_sockets;
@@ -359,6 +420,8 @@ int sandbox_policy_build(struct sandbox_policy *pol, const char *policy_path,
 		goto out;
 	if (policy_compile(pol, err, errlen) < 0)
 		goto out;
+	if (plain)
+		cache_put(pol, policy_path, unix_sockets);
 	ret = 0;
 out:
 	json_decref(file);

@@ -72,6 +72,18 @@ static void test_policy(void)
 	ok(rule(&pol, "kexec_load") && rule(&pol, "kexec_load")->action == SANDBOX_ACT_KILL, "kexec_load kills");
 	ok(rule(&pol, "socket") && rule(&pol, "socket")->by_args, "socket refused by arguments only");
 	ok(!rule(&pol, "read"), "read is allowed");
+	{
+		struct sandbox_policy again;
+
+		ok(sandbox_policy_build(&again, NULL, NULL, false, err, sizeof(err)) == 0 &&
+		   again.bpf_len == pol.bpf_len && memcmp(again.bpf, pol.bpf, pol.bpf_len * 8) == 0 &&
+		   again.bpf != pol.bpf, "a second build (from the cache) gives the same program in its own memory");
+		sandbox_policy_release(&again);
+		ok(sandbox_policy_build(&again, NULL, NULL, true, err, sizeof(err)) == 0 && again.unix_sockets &&
+		   (again.bpf_len != pol.bpf_len || memcmp(again.bpf, pol.bpf, pol.bpf_len * 8) != 0),
+		   "unix_sockets gives a different program");
+		sandbox_policy_release(&again);
+	}
 	sandbox_policy_release(&pol);
 
 	step = json_loads("{\"deny\":[\"getpid\"],\"kill\":[\"chmod\"]}", 0, NULL);
