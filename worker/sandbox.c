@@ -392,7 +392,8 @@ static void setup_root(const struct plan *pl)
 			child_fail(pl, "could not create \"/%s\"", *s);
 	}
 	/* /var: empty but for the usual links. */
-	if (symlink("/tmp", "/newroot/var/tmp") < 0 || symlink("/run", "/newroot/var/run") < 0)
+	if ((mkdir("/newroot/var", 0755) < 0 && errno != EEXIST) ||
+	    symlink("/tmp", "/newroot/var/tmp") < 0 || symlink("/run", "/newroot/var/run") < 0)
 		child_fail(pl, "could not populate \"/var\"");
 }
 
