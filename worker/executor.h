@@ -2,7 +2,23 @@
  * (workspace, in, out), starts the command through a backend, captures
  * stdout/stderr under a cap, enforces the timeout, and hands back the
  * outcome with the collected output and effects. All on the caller's
- * event loop; no database access. */
+ * event loop; no database access.
+ *
+ * On the host, an attempt lives in WORK_DIR/RUN_ID/STEP_ID/: workspace/
+ * (kept across attempts of the step on this worker, removed when the step
+ * succeeds), in/ and out/ (fresh for each attempt, removed after it) and
+ * ctl. in/ holds input.json (the run input), NEED.json for each step it
+ * needs, and .done-effects (the effect keys already committed for this
+ * step, one per line). The sandbox mounts them at /workspace, /cairn/in,
+ * /cairn/out and /cairn/ctl.
+ *
+ * The step's environment is exactly: its declared "env" (names starting
+ * with CAIRN_ are ignored), then PATH=/usr/local/bin:/usr/bin:/bin and
+ * HOME=/workspace unless it declares them, then CAIRN_WORKSPACE, CAIRN_IN,
+ * CAIRN_OUT, CAIRN_CTL, CAIRN_RUN_ID, CAIRN_STEP_ID, CAIRN_ATTEMPT,
+ * CAIRN_IDEMPOTENCY_KEY (RUN_ID:STEP_ID, the same for every attempt) and
+ * CAIRN_DONE_EFFECTS (the path of .done-effects). Nothing of the worker's
+ * own environment reaches the step. Its working directory is /workspace. */
 #ifndef CAIRN_EXECUTOR_H
 #define CAIRN_EXECUTOR_H
 

@@ -47,6 +47,7 @@ struct job {
 	enum report_kind report;
 	char *params[6];           /* the report's parameters, kept for retries */
 	int nparams, tries;
+	int64_t renewed_ms;        /* last time the store extended the lease (monotonic) */
 };
 
 struct lease {
@@ -57,7 +58,9 @@ struct lease {
 	struct job *jobs;
 	int njobs, executing;
 	struct event *poll_ev, *hb_ev, *drain_ev, *stop_ev;
-	bool started, claiming, want_claim, last_full, notified, hb_inflight;
+	int claiming;              /* rows asked for by the claim in flight, 0 if none */
+	bool started, want_claim, last_full, notified, hb_inflight, claim_failing;
+	int64_t hb_sent_ms;        /* when the heartbeat in flight was sent */
 	bool draining, stopping, done_called;
 	char *queues_lit;          /* the queues as a text[] literal */
 };
@@ -125,7 +128,7 @@ static void job_unref(struct job *job)
 
 static void lease_check_done(struct lease *l)
 {
-	if ((l->draining || l->stopping) && !l->njobs && !l->done_called) {
+	if ((l->draining || l->stopping) && !l->njobs && !l->claiming && !l->done_called) {
 		l->done_called = true;
 		if (l->drain_ev)
 			event_del(l->drain_ev);
@@ -354,6 +357,7 @@ static void job_start(struct lease *l, PGresult *res, int row)
 	job->step_id = xstrdup(PQgetvalue(res, row, 1));
 	job->attempt = atoi(PQgetvalue(res, row, 2));
 	snprintf(job->epoch, sizeof(job->epoch), "%s", PQgetvalue(res, row, 3));
+	job->renewed_ms = mono_ms();
 	job->start_ev = evtimer_new(l->base, start_cb, job);
 	job->retry_ev = evtimer_new(l->base, retry_cb, job);
 	job->next = l->jobs;
@@ -421,16 +425,21 @@ static void claim_result(PGresult *res, void *arg)
 	struct lease *l = arg;
 	int n = 0, max = l->claiming;
 
-	if (!res) {
-		log_warn("lost the database while claiming steps");
-	} else if (!pgq_ok(res)) {
-		log_warn("could not claim steps: %s", pgq_errmsg(res));
+	if (!res || !pgq_ok(res)) {
+		/* Once per outage, not once per poll. */
+		log_msg(l->claim_failing ? LOG_DEBUG : LOG_WARN, "could not claim steps: %s",
+			pgq_errmsg(res));
+		l->claim_failing = true;
 	} else {
+		if (l->claim_failing)
+			log_info("claiming steps again");
+		l->claim_failing = false;
 		n = PQntuples(res);
 		for (int i = 0; i < n; i++)
 			job_start(l, res, i);
 	}
 	l->claiming = 0;
+	lease_check_done(l);
 	l->last_full = n > 0 && n >= max;
 	if (l->last_full || l->want_claim) {
 		l->want_claim = false;
@@ -512,6 +521,9 @@ static void hb_result(PGresult *res, void *arg)
 		log_warn("could not renew leases: %s", pgq_errmsg(res));
 		return;
 	}
+	for (struct job *job = l->jobs; job; job = job->next)
+		if (job->renewed_ms <= l->hb_sent_ms)
+			job->renewed_ms = l->hb_sent_ms;
 	for (int i = 0; i < PQntuples(res); i++) {
 		struct job *job = job_find(l, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
 
@@ -529,6 +541,13 @@ static void hb_cb(evutil_socket_t fd, short what, void *arg)
 	int n = 0;
 
 	timer_add_ms(l->hb_ev, l->opts.lease_ms / 3 > 0 ? l->opts.lease_ms / 3 : 1);
+	/* A lease the store has not extended for a whole lease period is
+	 * someone else's by now: stop the step rather than run it twice. */
+	for (struct job *job = l->jobs, *next; job; job = next) {
+		next = job->next;
+		if (!job->fenced && mono_ms() - job->renewed_ms > l->opts.lease_ms)
+			job_fence(job, "its lease could not be renewed in time");
+	}
 	if (l->hb_inflight)
 		return;
 	buf_adds(&runs, "{");
@@ -553,6 +572,7 @@ static void hb_cb(evutil_socket_t fd, short what, void *arg)
 		params[3] = epochs.data;
 		params[4] = lease_ms;
 		l->hb_inflight = true;
+		l->hb_sent_ms = mono_ms();
 		pgq_exec(l->db, sql_heartbeat, 5, params, hb_result, l);
 	}
 	buf_release(&runs);
