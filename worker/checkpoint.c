@@ -802,6 +802,7 @@ static int cap_flush(struct capture *cp)
 	return 0;
 }
 
+/* Collects every chunk still being compressed, in order. */
 static int cap_drain(struct capture *cp)
 {
 	struct chunk *d;
@@ -1375,6 +1376,7 @@ void checkpoint_result_release(struct checkpoint_result *r)
 	memset(r, 0, sizeof(*r));
 }
 
+/* Fills the blob header, check included. */
 static void put_header(uint8_t *h, bool delta, uint64_t raw, uint32_t nframes, uint32_t entries,
 		       const uint8_t *tree, const uint8_t *base)
 {
@@ -1394,6 +1396,8 @@ static void put_header(uint8_t *h, bool delta, uint64_t raw, uint32_t nframes, u
 	memcpy(h + 96, check, 4);
 }
 
+/* Walks the tree, sorts it, then emits deletions (deepest first) and the
+ * new or changed entries in path order into compressed chunks. */
 int checkpoint_capture(const char *dir, const struct checkpoint_manifest *base,
 		       const struct checkpoint_options *opt, struct checkpoint_result *out,
 		       char *err, size_t errlen)
@@ -1796,6 +1800,8 @@ static int rs_parent(struct restore *rs, const char *path, const char **leaf)
 	return fd;
 }
 
+/* Deletions come first, in strictly decreasing path order, then additions
+ * and changes in strictly increasing order: no duplicates, parents first. */
 static int rs_order(struct restore *rs, const char *path, bool upsert)
 {
 	char q[160];
@@ -1817,6 +1823,7 @@ static int rs_order(struct restore *rs, const char *path, bool upsert)
 	return 0;
 }
 
+/* DELETE: removes an entry of the tree (a directory must be empty by now). */
 static int rs_delete(struct restore *rs, const uint8_t *p, size_t n)
 {
 	uint32_t plen = get32(p + 4);
@@ -1861,6 +1868,8 @@ out:
 	return rc;
 }
 
+/* ENTRY: checks everything it says, then creates or updates the entry; a
+ * file stays open for its blocks until its FILE_END. */
 static int rs_entry(struct restore *rs, const uint8_t *p, size_t n)
 {
 	uint8_t type = p[1], flags = p[2];
@@ -2010,6 +2019,7 @@ out:
 	return rc;
 }
 
+/* BLOCK: writes one block of the open file at its offset. */
 static int rs_block(struct restore *rs, const uint8_t *p, size_t n, const uint8_t *hash)
 {
 	struct checkpoint_entry *e = rs->cur;
@@ -2058,6 +2068,8 @@ static int rs_block(struct restore *rs, const uint8_t *p, size_t n, const uint8_
 	return 0;
 }
 
+/* FILE_END: checks that the blocks that had to come came, and that the
+ * file's content hash matches the one recorded. */
 static int rs_file_end(struct restore *rs, const uint8_t *p)
 {
 	struct checkpoint_entry *e = rs->cur;
@@ -2168,6 +2180,8 @@ static void rs_merge(struct restore *rs)
 	rs->dead = xcalloc(m->n + 1, 1);
 }
 
+/* Applies one blob of the chain: frames are decompressed on the pool
+ * threads, records applied here in order; then the tree hash is checked. */
 static int rs_link(struct restore *rs, const struct checkpoint_blob *b, size_t link, const uint8_t *prev)
 {
 	struct checkpoint_info info;
@@ -2293,6 +2307,7 @@ static int rs_finish(struct restore *rs)
 	return 0;
 }
 
+/* Opens dir into *fdout if it has no entries. */
 static int dir_is_empty(const char *dir, int *fdout, char *err, size_t errlen)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), dfd;
@@ -2398,6 +2413,7 @@ int checkpoint_restore(const char *dir, const struct checkpoint_blob *chain, siz
 	return restore_chain(dir, chain, n, expected, opt, manifest, &applied, err, errlen);
 }
 
+/* Tries the whole chain; when link k fails, starts again with links before k. */
 int checkpoint_restore_newest(const char *dir, const struct checkpoint_blob *chain, size_t n,
 			      const struct checkpoint_options *opt, size_t *used,
 			      struct checkpoint_manifest **manifest, char *err, size_t errlen)
@@ -2430,6 +2446,7 @@ int checkpoint_restore_newest(const char *dir, const struct checkpoint_blob *cha
 	return 0;
 }
 
+/* Restore into a temporary directory, then a full capture of it. */
 int checkpoint_compact(const struct checkpoint_blob *chain, size_t n, const char *tmpdir,
 		       const struct checkpoint_options *opt, struct checkpoint_result *out,
 		       char *err, size_t errlen)
@@ -2487,6 +2504,7 @@ json_t *checkpoint_manifest_to_json(const struct checkpoint_manifest *m)
 			 "tree_hash", hex, "entries", entries);
 }
 
+/* Rebuilds a manifest from its JSON form; nothing in it is trusted. */
 int checkpoint_manifest_from_json(const json_t *j, const struct checkpoint_options *opt,
 				  struct checkpoint_manifest **out, char *err, size_t errlen)
 {
