@@ -605,9 +605,7 @@ static const char *refusal_detail(const struct seccomp_notif *req, char *buf, si
 	return buf;
 }
 
-/* Init's loop: answers refused calls (logging them to the step's stderr),
- * forwards signals to the step, reaps everything, and when the step ends
- * kills what is left and reports. */
+/* Hands a connection to the forwarder's socket over to the proxy. */
 static void pass_connection(const struct plan *pl, int lfd)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))], b = 'c';
@@ -628,6 +626,9 @@ static void pass_connection(const struct plan *pl, int lfd)
 	close(fd);
 }
 
+/* Init's loop: answers refused calls (logging them to the step's stderr),
+ * forwards signals to the step, hands connections to the proxy, reaps
+ * everything, and when the step ends kills what is left and reports. */
 __attribute__((noreturn))
 static void init_loop(const struct plan *pl, int listener, int sfd, int lfd, pid_t step, int exec_errno)
 {
@@ -838,8 +839,10 @@ static void child_main(struct plan *pl)
 	sigemptyset(&mask);
 	for (int s = 1; s < SIGRTMIN; s++)
 		if (s != SIGKILL && s != SIGSTOP && s != SIGSEGV && s != SIGBUS && s != SIGFPE && s != SIGILL &&
-		    s != SIGSYS && s != SIGTRAP)
+		    s != SIGSYS && s != SIGTRAP && s != SIGPIPE)
 			sigaddset(&mask, s);
+	/* A caller that stopped reading must not kill init: writes fail instead. */
+	signal(SIGPIPE, SIG_IGN);
 	if (sigprocmask(SIG_BLOCK, &mask, &old) < 0)
 		child_fail(pl, "could not block signals");
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
