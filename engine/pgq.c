@@ -92,11 +92,13 @@ static void finish_current(struct pgq *q, PGresult *res)
 static void pgq_lost(struct pgq *q, const char *why)
 {
 	struct timeval tv;
+	int len = (int)strcspn(why, "\n");
 
+	/* libpq's messages end in a newline; a log record is one line */
 	if (q->state == PGQ_READY)
-		log_warn("database connection lost: %s", why);
+		log_warn("database connection lost: %.*s", len, why);
 	else
-		log_warn("could not connect to the database: %s", why);
+		log_warn("could not connect to the database: %.*s", len, why);
 	if (q->ev_sock) {
 		event_free(q->ev_sock);
 		q->ev_sock = NULL;
