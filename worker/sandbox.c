@@ -443,7 +443,7 @@ static void setup_mounts(const struct plan *pl)
 		child_fail(pl, "could not pivot into the scratch root");
 
 	setup_root(pl);
-	if (mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+	if (mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") < 0)
 		child_fail(pl, "could not mount /proc");
 	setup_dev(pl);
 	snprintf(opts, sizeof(opts), "mode=1777,size=%lld,nr_inodes=262144", (long long)pl->lim.tmp_size);
