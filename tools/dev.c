@@ -668,77 +668,49 @@ static int dev_paths(struct dev *d, const char *dir, bool create)
 	return 0;
 }
 
-int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
+/* The database: CAIRN_DATABASE_URL when set, else the private cluster in
+ * d->dir (created and started as needed). Fills d->dsn; *fresh tells
+ * whether the cluster was just made. */
+static int dev_database(struct dev *d, bool *fresh)
 {
-	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, 'd' },
-		{ "port", required_argument, NULL, 'p' },
-		COMMON_LONGOPTS,
-		{ NULL, 0, NULL, 0 }
-	};
-	const char *dir = ".cairn", *ext = getenv("CAIRN_DATABASE_URL");
-	struct dev d = { 0 };
-	char url[128], old_token[512] = "", old_dsn[sizeof(d.dsn)] = "";
+	const char *ext = getenv("CAIRN_DATABASE_URL");
+
+	*fresh = false;
+	if (ext && *ext) {
+		snprintf(d->dsn, sizeof(d->dsn), "%s", ext);
+		printf("%-9s using CAIRN_DATABASE_URL (no private cluster)\n", "postgres");
+		return 0;
+	}
+	if (find_pg_bindir(d) < 0 || choose_pg_user(d, false) < 0 || check_reachable(d) < 0)
+		return -1;
+	if (!cluster_exists(d)) {
+		if (make_pg_dir(d, d->sockdir, 0700) < 0 || cluster_init(d) < 0)
+			return -1;
+		*fresh = true;
+	}
+	if (cluster_running(d)) {
+		printf("%-9s already running: %s\n", "postgres", d->pgdata);
+	} else {
+		if (make_pg_dir(d, d->sockdir, 0700) < 0 || cluster_start(d) < 0)
+			return -1;
+		printf("%-9s started: %s (socket in %s, no TCP)\n", "postgres", d->pgdata, d->sockdir);
+	}
+	snprintf(d->dsn, sizeof(d->dsn), "postgresql:///cairn?user=cairn&host=");
+	append_uri_escaped(d->dsn, sizeof(d->dsn), d->sockdir);
+	return cluster_createdb(d);
+}
+
+/* Migrates the schema and returns an admin token (new; caller frees): the
+ * one in d->dir/env when it is still valid for this database, else a new one. */
+static char *dev_schema_and_token(const struct dev *d, bool fresh)
+{
+	char old_token[512] = "", old_dsn[sizeof(d->dsn)] = "", err[1024];
 	char *token = NULL;
 	PGconn *conn = NULL;
-	char err[1024];
-	bool fresh = false;
-	long port = DEV_DEFAULT_PORT;
-	bool port_given = false;
-	pid_t pid;
-	int opt, ret = EXIT_OTHER, n, p;
-	char *end;
+	int n;
 
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'd':
-			dir = optarg;
-			break;
-		case 'p':
-			port = strtol(optarg, &end, 10);
-			if (*end || port < 0 || port > 65535)
-				return usage_error(self, "invalid --port \"%s\"", optarg);
-			port_given = true;
-			break;
-		COMMON_OPT_CASES;
-		}
-	}
-	if (optind != argc)
-		return usage_error(self, "unexpected argument \"%s\"", argv[optind]);
-	if (dev_paths(&d, dir, true) < 0)
-		return EXIT_OTHER;
-
-	if (ext && *ext) {
-		snprintf(d.dsn, sizeof(d.dsn), "%s", ext);
-		printf("%-9s using CAIRN_DATABASE_URL (no private cluster)\n", "postgres");
-	} else {
-		if (find_pg_bindir(&d) < 0 || choose_pg_user(&d, false) < 0 ||
-		    check_reachable(&d) < 0)
-			goto out;
-		if (!cluster_exists(&d)) {
-			if (make_pg_dir(&d, d.sockdir, 0700) < 0 || cluster_init(&d) < 0)
-				goto out;
-			fresh = true;
-		}
-		if (cluster_running(&d)) {
-			printf("%-9s already running: %s\n", "postgres", d.pgdata);
-		} else {
-			if (make_pg_dir(&d, d.sockdir, 0700) < 0 || cluster_start(&d) < 0)
-				goto out;
-			printf("%-9s started: %s (socket in %s, no TCP)\n", "postgres", d.pgdata,
-			       d.sockdir);
-		}
-		snprintf(d.dsn, sizeof(d.dsn), "postgresql:///cairn?user=cairn&host=");
-		append_uri_escaped(d.dsn, sizeof(d.dsn), d.sockdir);
-		if (cluster_createdb(&d) < 0)
-			goto out;
-	}
-
-	ret = db_connect(d.dsn, &conn);
-	if (ret != EXIT_OK)
-		goto out;
-	ret = EXIT_OTHER;
+	if (db_connect(d->dsn, &conn) != EXIT_OK)
+		return NULL;
 	n = migrate_run(conn, err, sizeof(err));
 	if (n < 0) {
 		fail(-1, "migration failed: %s", err);
@@ -748,74 +720,123 @@ int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		printf("%-9s applied %d migration%s\n", "schema", n, n == 1 ? "" : "s");
 	else
 		printf("%-9s up to date\n", "schema");
-
-	if (!fresh && env_value(&d, "CAIRN_DATABASE_URL", old_dsn, sizeof(old_dsn)) &&
-	    strcmp(old_dsn, d.dsn) == 0 && env_value(&d, "CAIRN_TOKEN", old_token, sizeof(old_token)) &&
+	if (!fresh && env_value(d, "CAIRN_DATABASE_URL", old_dsn, sizeof(old_dsn)) &&
+	    strcmp(old_dsn, d->dsn) == 0 &&
+	    env_value(d, "CAIRN_TOKEN", old_token, sizeof(old_token)) &&
 	    token_valid(conn, old_token)) {
 		token = xstrdup(old_token);
 	} else {
 		token = create_token(conn);
-		if (!token)
-			goto out;
-		printf("%-9s created an admin token\n", "token");
+		if (token)
+			printf("%-9s created an admin token\n", "token");
 	}
+out:
+	PQfinish(conn);
+	return token;
+}
 
-	{
-		char pidfile[PATH_MAX + 16];
+/* cairnd and the worker: starts whichever is not running. port < 0 means
+ * "not given": the earlier address when free, else the default. Writes
+ * cairnd's URL into url. */
+static int dev_daemons(const struct cairn *cn, const struct dev *d, long port, char *url,
+		       size_t urllen)
+{
+	char pidfile[PATH_MAX + 16], old_url[128];
+	const char *colon;
+	pid_t pid;
+	int p;
 
-		dev_path(pidfile, sizeof(pidfile), &d, "cairnd.pid");
-		pid = pidfile_alive(pidfile, "cairnd");
-		p = read_port(&d);
-		if (pid && p > 0) {
-			printf("%-9s already running: pid %ld\n", "cairnd", (long)pid);
-		} else {
-			char old_url[128];
-			const char *colon;
-
-			/* Keep the URL of an earlier dev up when its port is free. */
-			if (!port_given && env_value(&d, "CAIRN_URL", old_url, sizeof(old_url)) &&
+	dev_path(pidfile, sizeof(pidfile), d, "cairnd.pid");
+	pid = pidfile_alive(pidfile, "cairnd");
+	p = read_port(d);
+	if (pid && p > 0) {
+		printf("%-9s already running: pid %ld\n", "cairnd", (long)pid);
+	} else {
+		if (port < 0) {
+			port = DEV_DEFAULT_PORT;
+			/* Keep the address of an earlier dev up when its port is free. */
+			if (env_value(d, "CAIRN_URL", old_url, sizeof(old_url)) &&
 			    (colon = strrchr(old_url, ':')) && atoi(colon + 1) > 0 &&
 			    port_free(atoi(colon + 1)))
 				port = atoi(colon + 1);
-			if (pid)
-				kill(pid, SIGTERM);
-			if (start_cairnd(cn, &d, (int)port, &pid) < 0)
-				goto out;
-			p = read_port(&d);
-			printf("%-9s started: pid %ld, log %s/cairnd.log\n", "cairnd", (long)pid, d.dir);
 		}
-		snprintf(url, sizeof(url), "http://127.0.0.1:%d", p);
+		if (pid)
+			kill(pid, SIGTERM);
+		if (start_cairnd(cn, d, (int)port, &pid) < 0)
+			return -1;
+		p = read_port(d);
+		printf("%-9s started: pid %ld, log %s/cairnd.log\n", "cairnd", (long)pid, d->dir);
+	}
+	snprintf(url, urllen, "http://127.0.0.1:%d", p);
 
-		dev_path(pidfile, sizeof(pidfile), &d, "worker.pid");
-		pid = pidfile_alive(pidfile, "cairn-worker");
-		if (pid) {
-			printf("%-9s already running: pid %ld\n", "worker", (long)pid);
-		} else {
-			if (start_worker(cn, &d, &pid) < 0)
-				goto out;
-			printf("%-9s started: pid %ld, log %s/worker.log\n", "worker", (long)pid, d.dir);
+	dev_path(pidfile, sizeof(pidfile), d, "worker.pid");
+	pid = pidfile_alive(pidfile, "cairn-worker");
+	if (pid) {
+		printf("%-9s already running: pid %ld\n", "worker", (long)pid);
+	} else {
+		if (start_worker(cn, d, &pid) < 0)
+			return -1;
+		printf("%-9s started: pid %ld, log %s/worker.log\n", "worker", (long)pid, d->dir);
+	}
+	return 0;
+}
+
+static void dev_print_usage_hints(const struct dev *d, const char *dir, const char *url)
+{
+	const char *base = strrchr(d->dir, '/');
+	bool found = base && strcmp(base, "/.cairn") == 0;
+
+	printf("\ncairn is up at %s\n", url);
+	if (found)
+		printf("  cairn commands run in %.*s or below find it through %s/env\n",
+		       base == d->dir ? 1 : (int)(base - d->dir), d->dir, d->dir);
+	printf("  %s  set -a; . %s/env; set +a\n", found ? "elsewhere:" : "to use it:", d->dir);
+	printf("  SQL:        psql '%s'\n", d->dsn);
+	printf("  stop:       cairn dev down%s%s\n", strcmp(dir, ".cairn") ? " --dir " : "",
+	       strcmp(dir, ".cairn") ? dir : "");
+}
+
+int cmd_dev_up(struct cairn *cn, const struct cmd *self, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "port", required_argument, NULL, 'p' },
+		COMMON_LONGOPTS,
+		{ NULL, 0, NULL, 0 }
+	};
+	const char *dir = ".cairn";
+	struct dev d = { 0 };
+	char url[128];
+	char *token = NULL, *end;
+	bool fresh;
+	long port = -1;
+	int opt, ret = EXIT_OTHER;
+
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			dir = optarg;
+			break;
+		case 'p':
+			port = strtol(optarg, &end, 10);
+			if (*end || !*optarg || port < 0 || port > 65535)
+				return usage_error(self, "invalid --port \"%s\"", optarg);
+			break;
+		COMMON_OPT_CASES;
 		}
 	}
-	if (write_env(&d, url, token) < 0)
+	if (optind != argc)
+		return usage_error(self, "unexpected argument \"%s\"", argv[optind]);
+	if (dev_paths(&d, dir, true) < 0 || dev_database(&d, &fresh) < 0)
 		goto out;
-
-	{
-		const char *base = strrchr(d.dir, '/');
-		bool found = base && strcmp(base, "/.cairn") == 0;
-
-		printf("\ncairn is up at %s\n", url);
-		if (found)
-			printf("  cairn commands run in %.*s or below find it through %s/env\n",
-			       (int)(base - d.dir), d.dir, d.dir);
-		printf("  %s  set -a; . %s/env; set +a\n", found ? "elsewhere:" : "to use it:",
-		       d.dir);
-		printf("  SQL:        psql '%s'\n", d.dsn);
-		printf("  stop:       cairn dev down%s%s\n", strcmp(dir, ".cairn") ? " --dir " : "",
-		       strcmp(dir, ".cairn") ? dir : "");
-	}
+	token = dev_schema_and_token(&d, fresh);
+	if (!token || dev_daemons(cn, &d, port, url, sizeof(url)) < 0 ||
+	    write_env(&d, url, token) < 0)
+		goto out;
+	dev_print_usage_hints(&d, dir, url);
 	ret = EXIT_OK;
 out:
-	PQfinish(conn);
 	free(token);
 	return ret;
 }
