@@ -97,6 +97,8 @@ static void show_log_tail(const char *path)
 	for (p = text + len; p > text && lines < 15; p--)
 		if (p[-1] == '\n' && p != text + len)
 			lines++;
+	if (*p == '\n')
+		p++;
 	fprintf(stderr, "--- %s\n%s", path, p);
 	if (len && text[len - 1] != '\n')
 		fputc('\n', stderr);
