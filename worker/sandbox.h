@@ -47,6 +47,12 @@ struct sandbox_limits {
 int sandbox_limits_parse(const json_t *profile, struct sandbox_limits *l,
 			 char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 
+struct sandbox_cgroup;
+struct sandbox_proxy;
+struct event_base;
+
+/* What to run and how. Everything is borrowed for the duration of
+ * sandbox_spawn only, except proxy, which must outlive the sandbox. */
 struct sandbox_opts {
 	char *const *argv;          /* command; argv[0] resolved with the PATH of envp inside */
 	char *const *envp;          /* the complete environment the step gets */
@@ -66,10 +72,6 @@ struct sandbox_opts {
 	gid_t host_gid;
 	struct sandbox_proxy *proxy; /* required when the profile has an egress allow-list */
 };
-
-struct sandbox_cgroup;
-struct sandbox_proxy;
-struct event_base;
 
 /* One running sandbox. Fields are read-only for the caller except
  * timed_out and output_capped, which the caller sets before sandbox_kill

@@ -16,16 +16,16 @@ struct sandbox_cgroup_stats {
 };
 
 /* Which cgroup layout the host offers; -1 with a message if none. */
-int sandbox_cgroup_probe(char *err, size_t errlen);
+int sandbox_cgroup_probe(char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 /* Creates the cgroup(s) with limits l. Returns new; caller frees with
  * sandbox_cgroup_free. */
 int sandbox_cgroup_new(const struct sandbox_limits *l, struct sandbox_cgroup **out,
-		       char *err, size_t errlen);
+		       char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 /* cgroup v2: a new O_DIRECTORY fd of the cgroup for CLONE_INTO_CGROUP
  * (caller closes); -1 on v1, where sandbox_cgroup_attach moves the child. */
 int sandbox_cgroup_dirfd(struct sandbox_cgroup *cg);
 /* Moves pid into the cgroup(s). */
-int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen);
+int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 /* SIGKILLs every process in the cgroup. */
 void sandbox_cgroup_kill(struct sandbox_cgroup *cg);
 void sandbox_cgroup_stats(struct sandbox_cgroup *cg, struct sandbox_cgroup_stats *st);

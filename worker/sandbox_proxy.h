@@ -8,7 +8,7 @@
 #include "sandbox.h"
 
 /* Checks a "network" object's "allow" list. */
-int sandbox_proxy_parse_allow(const json_t *network, char *err, size_t errlen);
+int sandbox_proxy_parse_allow(const json_t *network, char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 /* The end init gets (borrowed), and closing it once init holds it. */
 int sandbox_proxy_child_fd(struct sandbox_proxy *px);
 void sandbox_proxy_spawned(struct sandbox_proxy *px);
