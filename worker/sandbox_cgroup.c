@@ -166,7 +166,9 @@ static int make_dir(char *dir, size_t dirlen, const char *base, char *err, size_
 		return -1;
 	}
 	if (mkdir(dir, 0755) < 0) {
-		snprintf(err, errlen, "could not create cgroup \"%s\": %s", dir, strerror(errno));
+		snprintf(err, errlen, "could not create cgroup \"%s\": %s%s", dir, strerror(errno),
+			 errno == EACCES || errno == EPERM ? " (run the worker as root, or delegate its cgroup to "
+			 "the worker's user)" : "");
 		dir[0] = '\0';
 		return -1;
 	}
