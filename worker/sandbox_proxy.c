@@ -373,7 +373,10 @@ static void resolved(int result, struct evutil_addrinfo *res, void *arg)
 		deny(c, 403, "name resolves to a loopback, private or link-local address");
 		goto out;
 	}
-	((struct sockaddr_in *)pick->ai_addr)->sin_port = htons((uint16_t)c->port);
+	if (pick->ai_family == AF_INET6)
+		((struct sockaddr_in6 *)pick->ai_addr)->sin6_port = htons((uint16_t)c->port);
+	else
+		((struct sockaddr_in *)pick->ai_addr)->sin_port = htons((uint16_t)c->port);
 	start_connect(c, pick->ai_addr, pick->ai_addrlen);
 out:
 	if (res)
