@@ -806,6 +806,21 @@ void executor_kill(struct exec_job *job, const char *reason, bool retryable)
 		job->ex->backend->kill(job->proc, SIGKILL);
 }
 
+void executor_forget(struct executor *ex, const char *run_id, const char *step_id)
+{
+	char *run_dir, *dir;
+
+	if (!safe_name(run_id) || !safe_name(step_id))
+		return;
+	run_dir = path_join(ex->opts.work_dir, run_id);
+	dir = path_join(run_dir, step_id);
+	if (executor_rmtree(dir) < 0)
+		log_warn("could not remove \"%s\": %s", dir, strerror(errno));
+	rmdir(run_dir); /* fails while other steps of the run are here */
+	free(dir);
+	free(run_dir);
+}
+
 pid_t executor_job_pid(const struct exec_job *job)
 {
 	return job->pid;

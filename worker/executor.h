@@ -146,6 +146,11 @@ pid_t executor_job_pid(const struct exec_job *job);
 /* Number of jobs not yet finished. */
 int executor_running(const struct executor *ex);
 
+/* Removes the step's folder (workspace included) and the run's folder
+ * when it is left empty: for steps that will not run here again. Not for
+ * a step with a job running. */
+void executor_forget(struct executor *ex, const char *run_id, const char *step_id);
+
 /* Removes dir and everything below it without following symlinks. */
 int executor_rmtree(const char *dir) WARN_UNUSED;
 

@@ -223,6 +223,19 @@ static void start_cb(evutil_socket_t fd, short what, void *arg)
 	json_decref(info);
 }
 
+/* From fail's reply: false when the step failed for good or its run ended. */
+static bool step_will_retry(const char *reply)
+{
+	json_t *r = json_loads(reply, 0, NULL);
+	const char *step = json_string_value(json_object_get(r, "step_status"));
+	const char *run = json_string_value(json_object_get(r, "run_status"));
+	bool again = !r || ((!run || !strcmp(run, "running")) &&
+			    (!step || (strcmp(step, "failed") && strcmp(step, "cancelled"))));
+
+	json_decref(r);
+	return again;
+}
+
 static void report_result(PGresult *res, void *arg)
 {
 	struct job *job = arg;
@@ -245,9 +258,12 @@ static void report_result(PGresult *res, void *arg)
 			  what, job->step_id, job->run_id);
 	} else if (pgq_ok(res)) {
 		log_debug("reported the %s of step \"%s\" of run %s", what, job->step_id, job->run_id);
+		if (job->report == REPORT_FAIL && PQntuples(res) == 1 && !step_will_retry(PQgetvalue(res, 0, 0)))
+			executor_forget(l->ex, job->run_id, job->step_id);
 	} else if (!strcmp(pgq_sqlstate(res), CAIRN_SQLSTATE_FENCED)) {
 		log_info("the %s of step \"%s\" of run %s was refused: a newer attempt owns the step",
 			 what, job->step_id, job->run_id);
+		executor_forget(l->ex, job->run_id, job->step_id);
 	} else if (job->report == REPORT_COMPLETE) {
 		/* The store refused the result itself: fail the step with why. */
 		json_t *err = json_pack("{s:s, s:s+, s:b}", "reason", "report_error",
@@ -303,6 +319,8 @@ static void exec_done(struct exec_job *ej, const struct exec_result *res, void *
 		lease_kick(l);
 	}
 	if (job->fenced) {
+		/* Another worker or nobody runs it now: this copy is stale. */
+		executor_forget(l->ex, job->run_id, job->step_id);
 		job_remove(job);
 		return;
 	}
@@ -378,15 +396,18 @@ static void job_start(struct lease *l, PGresult *res, int row)
 	step.input = input;
 	step.needs_output = needs;
 	step.done_effects = done;
-	log_debug("starting step \"%s\" of run %s, attempt %d", job->step_id, job->run_id, job->attempt);
 	if (!spec || !input || !needs || !done) {
 		reason = "bad_spec";
 		retryable = false;
 		snprintf(err, sizeof(err), "the claimed step could not be decoded");
 		job->ex_job = NULL;
 	} else {
+		int64_t t0 = mono_us();
+
 		job->ex_job = executor_start(l->ex, &step, exec_done, job, &reason, &retryable,
 					     err, sizeof(err));
+		log_debug("step \"%s\" of run %s set up and spawned in %.1f ms", job->step_id,
+			  job->run_id, (double)(mono_us() - t0) / 1000.0);
 	}
 	if (job->ex_job) {
 		l->executing++;
