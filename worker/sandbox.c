@@ -92,6 +92,7 @@ struct plan {
 	int fd_root, fd_ws, fd_in, fd_out, fd_secrets, fd_ctl;
 	int *fd_m;
 	char **envp;                    /* o->envp, plus the proxy variables */
+	const struct sandbox_cgroup *cg; /* v1: the child joins it itself */
 	int proxy_fd;                   /* init's end of the proxy socket pair, or -1 */
 	int sync_rd, status_wr;
 	bool root_mode;
@@ -809,6 +810,8 @@ static void child_main(struct plan *pl)
 		_exit(125);
 
 	open_sources(pl);
+	if (pl->cg && sandbox_cgroup_join_self(pl->cg) < 0)
+		child_fail(pl, "could not join the sandbox's cgroup");
 	if (pl->root_mode && setgroups(0, NULL) < 0)
 		child_fail(pl, "could not drop supplementary groups");
 	prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
@@ -821,12 +824,6 @@ static void child_main(struct plan *pl)
 	/* The sources are mounted: no handle on the host stays open. */
 	if (syscall(SYS_close_range, FIRST_FREE_FD, ~0U, 0) < 0)
 		child_fail(pl, "could not close source fds");
-	/* The caller moves us into the cgroup meanwhile; wait for that. */
-	do
-		n = read(pl->sync_rd, &c, 1);
-	while (n < 0 && errno == EINTR);
-	if (n != 1)
-		_exit(125);
 	close(pl->sync_rd);
 	if (unshare(CLONE_NEWCGROUP) < 0)
 		child_fail(pl, "could not create cgroup namespace");
@@ -1204,7 +1201,6 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 {
 	struct plan pl;
 	int sync[2] = { -1, -1 }, status[2] = { -1, -1 }, pidfd = -1, ret = -1, cgfd = -1;
-	bool into_cgroup = false;
 	struct clone_args ca;
 	struct report rep;
 	pid_t pid = -1;
@@ -1237,7 +1233,8 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 	if (cgfd >= 0) {
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)cgfd;
-		into_cgroup = true;
+	} else {
+		pl.cg = p->cg;
 	}
 	pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
 	if (pid < 0) {
@@ -1256,15 +1253,8 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 
 	if (write_maps(pid, pl.root_mode, o, err, errlen) < 0)
 		goto out;
-	/* The child builds its mounts while we move it into its cgroup
-	 * (a slow operation on cgroup v1); it waits for the second byte
-	 * before anything of the command runs. */
-	if (send(sync[1], &go, 1, MSG_NOSIGNAL) != 1) {
-		snprintf(err, errlen, "could not start the sandbox: %s", strerror(errno));
-		goto out;
-	}
-	if (!into_cgroup && sandbox_cgroup_attach(p->cg, pid, err, errlen) < 0)
-		goto out;
+	/* On cgroup v2 the child starts in its cgroup; on v1 it joins it
+	 * itself before anything else (see sandbox_cgroup_join_self). */
 	if (send(sync[1], &go, 1, MSG_NOSIGNAL) != 1) {
 		collect_error(status[0], err, errlen);
 		goto out;

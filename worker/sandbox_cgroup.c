@@ -286,6 +286,33 @@ int sandbox_cgroup_dirfd(struct sandbox_cgroup *cg)
 	return open(cg->dir[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
+int sandbox_cgroup_join_self(const struct sandbox_cgroup *cg)
+{
+	char path[PATH_MAX + 8];
+
+	if (cg->version != 1)
+		return 0;
+	for (int c = 0; c < CG_N; c++) {
+		int fd;
+		ssize_t n;
+
+		if (!cg->have[c])
+			continue;
+		if (snprintf(path, sizeof(path), "%s/tasks", cg->dir[c]) >= (int)sizeof(path)) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+		n = write(fd, "0", 1);
+		close(fd);
+		if (n != 1)
+			return -1;
+	}
+	return 0;
+}
+
 int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen)
 {
 	char val[32];
