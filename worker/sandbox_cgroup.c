@@ -313,23 +313,6 @@ int sandbox_cgroup_join_self(const struct sandbox_cgroup *cg)
 	return 0;
 }
 
-int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen)
-{
-	char val[32];
-
-	snprintf(val, sizeof(val), "%ld", (long)pid);
-	for (int c = 0; c < CG_N; c++) {
-		if (!cg->have[c])
-			continue;
-		if (write_str(cg->dir[c], "cgroup.procs", val) < 0) {
-			snprintf(err, errlen, "could not move the sandbox into cgroup \"%s\": %s",
-				 cg->dir[c], strerror(errno));
-			return -1;
-		}
-	}
-	return 0;
-}
-
 void sandbox_cgroup_kill(struct sandbox_cgroup *cg)
 {
 	char buf[8192], *p, *end;

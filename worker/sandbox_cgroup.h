@@ -22,15 +22,13 @@ int sandbox_cgroup_probe(char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 int sandbox_cgroup_new(const struct sandbox_limits *l, struct sandbox_cgroup **out,
 		       char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 /* cgroup v2: a new O_DIRECTORY fd of the cgroup for CLONE_INTO_CGROUP
- * (caller closes); -1 on v1, where sandbox_cgroup_attach moves the child. */
+ * (caller closes); -1 on v1, where the child joins with sandbox_cgroup_join_self. */
 int sandbox_cgroup_dirfd(struct sandbox_cgroup *cg);
 /* cgroup v1, called by the (single-threaded) child itself: moves the
  * calling thread by writing "0" to each "tasks" file, which the kernel
  * does without the global threadgroup lock (and its RCU grace period)
  * that moving another process takes. Async-signal-safe; 0 or -1/errno. */
 int sandbox_cgroup_join_self(const struct sandbox_cgroup *cg);
-/* Moves pid into the cgroup(s). */
-int sandbox_cgroup_attach(struct sandbox_cgroup *cg, pid_t pid, char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 /* SIGKILLs every process in the cgroup. */
 void sandbox_cgroup_kill(struct sandbox_cgroup *cg);
 void sandbox_cgroup_stats(struct sandbox_cgroup *cg, struct sandbox_cgroup_stats *st);
