@@ -9,3 +9,4 @@ engine_cairnd_SOURCES = \
 	engine/duties.c engine/duties.h
 engine_cairnd_LDADD = $(CAIRN_LIBS)
 EXTRA_DIST += docs/api.md
+engine_libcairn_a_SOURCES += engine/cron.c engine/cron.h

@@ -10,3 +10,8 @@ TESTS += \
 check_PROGRAMS += tests/unit/test-config
 tests_unit_test_config_SOURCES = tests/unit/test-config.c
 tests_unit_test_config_LDADD = $(TAP_LIBS) $(CAIRN_LIBS)
+
+TESTS += tests/unit/test-cron
+check_PROGRAMS += tests/unit/test-cron
+tests_unit_test_cron_SOURCES = tests/unit/test-cron.c
+tests_unit_test_cron_LDADD = $(TAP_LIBS) $(CAIRN_LIBS)
