@@ -231,8 +231,83 @@ static void test_spawn(void)
 	rmdir(ws);
 }
 
-int main(void)
+static int cmp_i64(const void *a, const void *b)
 {
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void report(const char *what, int64_t *us, int n)
+{
+	qsort(us, (size_t)n, sizeof(*us), cmp_i64);
+	printf("%-44s %8.2f %8.2f\n", what, us[n / 2] / 1000.0, us[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1] / 1000.0);
+}
+
+/* --bench N: the time from asking for a process to the moment it is
+ * executed, through sandbox_spawn and through a plain fork/exec, in one
+ * run; what a worker pays per step (no CLI start-up in it). */
+static int bench(int n)
+{
+	char ws[] = "/tmp/cn-bench.XXXXXX", err[512];
+	char *argv[] = { "/bin/true", NULL }, *envp[] = { "PATH=/usr/bin:/bin", NULL };
+	int64_t *sb = calloc((size_t)n, sizeof(*sb)), *fe = calloc((size_t)n, sizeof(*fe));
+	int nul = open("/dev/null", O_WRONLY | O_CLOEXEC), st;
+
+	if (!sb || !fe || nul < 0 || !mkdtemp(ws))
+		return 1;
+	for (int i = 0; i < n; i++) {
+		struct sandbox_opts o;
+		struct sandbox_proc p;
+		int64_t t = mono_us();
+		int pfd[2];
+		pid_t pid;
+		char c;
+
+		/* plain: fork, exec, the parent learns of the exec by EOF */
+		if (pipe2(pfd, O_CLOEXEC) < 0)
+			return 1;
+		pid = fork();
+		if (pid == 0) {
+			execve(argv[0], argv, envp);
+			_exit(127);
+		}
+		close(pfd[1]);
+		if (read(pfd[0], &c, 1) < 0)
+			return 1;
+		fe[i] = mono_us() - t;
+		close(pfd[0]);
+		waitpid(pid, &st, 0);
+
+		memset(&o, 0, sizeof(o));
+		o.argv = argv;
+		o.envp = envp;
+		o.workspace = ws;
+		o.stdout_fd = o.stderr_fd = nul;
+		t = mono_us();
+		if (sandbox_spawn(&o, &p, err, sizeof(err)) < 0) {
+			fprintf(stderr, "spawn: %s\n", err);
+			return 1;
+		}
+		sb[i] = mono_us() - t;
+		while (sandbox_reap(&p, &st) == 0)
+			usleep(200);
+		sandbox_release(&p);
+	}
+	printf("%-44s %8s %8s  (%d runs each)\n", "in-process, request -> exec'd", "p50 ms", "p99 ms", n);
+	report("fork/exec /bin/true", fe, n);
+	report("sandbox_spawn /bin/true", sb, n);
+	rmdir(ws);
+	close(nul);
+	free(sb);
+	free(fe);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 2 && strcmp(argv[1], "--bench") == 0)
+		return bench(atoi(argv[2]) > 0 ? atoi(argv[2]) : 100);
 	test_limits();
 	test_policy();
 	test_spawn();
