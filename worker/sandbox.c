@@ -817,6 +817,17 @@ static void child_main(struct plan *pl)
 	prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
 	if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0 || setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
 		child_fail(pl, "could not switch to the sandbox user");
+	/* Changing ids clears the parent-death signal: set it again, then
+	 * make sure the caller did not die in between (it holds the other
+	 * end of sync until the handshake is over). */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		child_fail(pl, "could not set the parent-death signal");
+	{
+		struct pollfd pfd = { pl->sync_rd, POLLRDHUP, 0 };
+
+		if (poll(&pfd, 1, 0) != 0)
+			_exit(125);
+	}
 	if (sethostname("cairn", 5) < 0)
 		child_fail(pl, "could not set hostname");
 	setup_network(pl);
@@ -1259,8 +1270,6 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 		collect_error(status[0], err, errlen);
 		goto out;
 	}
-	close(sync[1]);
-	sync[1] = -1;
 
 	/* Short handshake: 'R' once the command is about to run. */
 	{
