@@ -430,6 +430,7 @@ int main(int argc, char **argv)
 		}
 		o.proxy = proxy;
 	}
+	sandbox_sweep();
 	if (sandbox_spawn(&o, &p, err, sizeof(err)) < 0) {
 		fprintf(stderr, "cairn-sandbox: %s\n", err);
 		goto out;

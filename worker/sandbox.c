@@ -1476,6 +1476,11 @@ void sandbox_release(struct sandbox_proc *p)
 	p->pidfd = p->status_fd = -1;
 }
 
+void sandbox_sweep(void)
+{
+	sandbox_cgroup_sweep();
+}
+
 int sandbox_check_host(char *err, size_t errlen)
 {
 	char tmpl[] = "/tmp/cairn-check.XXXXXX", e2[256];

@@ -111,6 +111,10 @@ struct sandbox_result {
  * and how to enable it. */
 int sandbox_check_host(char *err, size_t errlen) SANDBOX_WARN_UNUSED;
 
+/* Removes what sandboxes of dead processes left behind (their cgroups,
+ * killing anything still in them). sandbox_check_host does it too. */
+void sandbox_sweep(void);
+
 /* Starts o->argv in a new sandbox. Returns 0 with *p filled once the
  * command is about to be executed, or -1 with a message naming the phase
  * that failed (nothing is left running). Borrows everything in o for the
