@@ -43,7 +43,7 @@ struct exec_job {
 	void *proc;
 	pid_t pid;
 	int pidfd;
-	struct event *exit_ev, *timeout_ev, *grace_ev, *linger_ev, *reap_ev;
+	struct event *exit_ev, *timeout_ev, *grace_ev, *linger_ev;
 	struct stream out, err;
 	struct line_tail tail;
 
@@ -382,12 +382,12 @@ static char **spec_argv(const json_t *spec)
 
 /* ---- the job on the loop ---- */
 
+/* Stops reading; the event itself is freed with the job (this may run
+ * inside the stream's own callback). */
 static void stream_close(struct stream *s)
 {
-	if (s->ev) {
-		event_free(s->ev);
-		s->ev = NULL;
-	}
+	if (s->ev)
+		event_del(s->ev);
 	if (s->fd >= 0) {
 		close(s->fd);
 		s->fd = -1;
@@ -523,6 +523,10 @@ static void job_free(struct exec_job *job)
 		job->next->prev = job->prev;
 	stream_close(&job->out);
 	stream_close(&job->err);
+	if (job->out.ev)
+		event_free(job->out.ev);
+	if (job->err.ev)
+		event_free(job->err.ev);
 	buf_release(&job->out.data);
 	buf_release(&job->err.data);
 	line_tail_release(&job->tail);
@@ -534,8 +538,6 @@ static void job_free(struct exec_job *job)
 		event_free(job->grace_ev);
 	if (job->linger_ev)
 		event_free(job->linger_ev);
-	if (job->reap_ev)
-		event_free(job->reap_ev);
 	if (job->pidfd >= 0)
 		close(job->pidfd);
 	if (job->proc)
@@ -666,8 +668,10 @@ static void job_check_done(struct exec_job *job)
 	if (job->grace_ev)
 		event_del(job->grace_ev);
 	job_finish(job);
-	/* Freed on the next loop pass, never inside its own callbacks. */
-	evtimer_add(job->reap_ev, &now);
+	/* Freed on the next loop pass, never inside its own callbacks. If the
+	 * loop ends first, executor_free frees it. */
+	if (event_base_once(job->ex->base, -1, EV_TIMEOUT, reap_cb, job, &now) < 0)
+		log_warn("could not schedule the release of a finished step");
 }
 
 static int stream_open(struct exec_job *job, struct stream *s, const char *name, int *wfd,
@@ -760,7 +764,6 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	job->timeout_ev = evtimer_new(ex->base, timeout_cb, job);
 	job->grace_ev = evtimer_new(ex->base, grace_cb, job);
 	job->linger_ev = evtimer_new(ex->base, linger_cb, job);
-	job->reap_ev = evtimer_new(ex->base, reap_cb, job);
 	event_add(job->out.ev, NULL);
 	event_add(job->err.ev, NULL);
 	job->pidfd = (int)syscall(SYS_pidfd_open, job->pid, 0);
