@@ -195,11 +195,23 @@ int main(int argc, char **argv)
 		return report("int80", x86_int80_getpid());
 	if (!strcmp(cmd, "membomb"))
 		return report("membomb", membomb());
+	if (!strcmp(cmd, "alg"))
+		return report("alg", socket(38 /* AF_ALG */, SOCK_SEQPACKET, 0));
+	if (!strcmp(cmd, "vsock"))
+		return report("vsock", socket(40 /* AF_VSOCK */, SOCK_STREAM, 0));
+	if (!strcmp(cmd, "open_by_handle_at")) {
+		char h[128];
+
+		memset(h, 0, sizeof(h));
+		return report("open_by_handle_at", syscall(SYS_open_by_handle_at, AT_FDCWD, h, O_RDONLY));
+	}
+	if (!strcmp(cmd, "x32"))
+		return report("x32", syscall(39 | 0x40000000 /* x32 getpid */));
 	if (!strcmp(cmd, "chroot"))
 		return report("chroot", chroot("/tmp"));
 	fprintf(stderr, "usage: sandbox-probe open PATH [w] | connect IP PORT | unix-connect PATH | raw | packet |\n"
 		"  kill PID [SIG] | mount | umount | unshare | clone-ns | setns | ptrace | bpf | keyctl |\n"
 		"  io_uring_setup | tiocsti [FD] | tiocsti-high | perf | userfaultfd | personality |\n"
-		"  reboot | int80 | membomb | chroot\n");
+		"  reboot | int80 | x32 | membomb | chroot | alg | vsock | open_by_handle_at\n");
 	return 2;
 }
