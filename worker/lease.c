@@ -203,13 +203,12 @@ static void start_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct job *job = arg;
 	struct lease *l = job->l;
-	char pid[16], *info_s;
 	const char *params[4];
 	json_t *info;
+	char *info_s;
 
 	if (!job->ex_job || job->fenced)
 		return;
-	snprintf(pid, sizeof(pid), "%d", (int)executor_job_pid(job->ex_job));
 	info = json_pack("{s:s, s:i}", "worker", l->opts.name, "pid", (json_int_t)executor_job_pid(job->ex_job));
 	info_s = dump(info);
 	params[0] = job->run_id;
