@@ -9,8 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <time.h>
 #include <event2/event.h>
 
+#include "cron.h"
+#include "duties.h"
 #include "log.h"
 #include "pgq.h"
 #include "util.h"
@@ -58,6 +61,7 @@ struct api {
 	struct pgq *listen;
 	const char *tenant;
 	struct http_server *server;
+	struct duties *duties;
 	struct token_entry tokens[TOKEN_CACHE];
 	struct waiter_list waiters, dead;
 	int nwaiters;
@@ -355,6 +359,10 @@ static void submit_done(PGresult *res, void *arg)
 	json_t *body;
 	bool created;
 
+	if (pgq_ok(res) && PQntuples(res) == 0 && c->s1) {
+		http_reply_error(c->r, 404, "not_found", c->s1, NULL);
+		goto out;
+	}
 	if (!pgq_ok(res) || PQntuples(res) != 1) {
 		reply_db_error(c->r, res, "submit");
 		goto out;
@@ -397,16 +405,95 @@ static void check_labels(json_t *labels, json_t *details)
 	}
 }
 
+/* A stored workflow name: what cairn.workflow_put accepts. */
+static bool name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > 128)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
+			return false;
+	return true;
+}
+
+/* "version": absent or null (-1), else an integer from 1 to INT32_MAX. */
+static bool version_get(json_t *body, json_t *details, int64_t *out)
+{
+	json_t *v = json_object_get(body, "version");
+
+	*out = -1;
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX) {
+		json_array_append_new(details, detail("$.version", "expected a positive integer"));
+		return false;
+	}
+	*out = json_integer_value(v);
+	return true;
+}
+
+/* Checks "definition" xor "workflow" (with "version") in body, appending
+ * problems to details. */
+static void check_source(json_t *body, json_t *details, int64_t *version)
+{
+	json_t *def = json_object_get(body, "definition"), *wf = json_object_get(body, "workflow");
+
+	if (def && wf) {
+		json_array_append_new(details, detail("$.workflow", "give \"definition\" or \"workflow\", not both"));
+	} else if (!def && !wf) {
+		json_array_append_new(details, detail("$.definition",
+						      "required (or \"workflow\": the name of a stored definition)"));
+	} else if (wf && (!json_is_string(wf) || !name_ok(json_string_value(wf)))) {
+		json_array_append_new(details, detail("$.workflow",
+						      "expected a workflow name (1 to 128 of A-Z a-z 0-9 _ . -)"));
+	}
+	if (json_object_get(body, "version") && !wf)
+		json_array_append_new(details, detail("$.version", "only with \"workflow\""));
+	version_get(body, details, version);
+}
+
+/* Normalizes def; answers 400 invalid_definition and returns NULL when it
+ * is invalid, else returns the normalized text (caller frees). */
+static char *normalize_or_reply(struct http_req *r, json_t *def)
+{
+	json_t *norm = NULL, *errs = NULL;
+	char *out = NULL, msg[128];
+
+	if (workflow_normalize(def, &norm, &errs) < 0) {
+		size_t n = json_array_size(errs);
+
+		snprintf(msg, sizeof(msg), "invalid workflow definition: %zu error%s", n, n == 1 ? "" : "s");
+		http_reply_error(r, 400, "invalid_definition", msg, errs);
+		return NULL;
+	}
+	out = json_dumps(norm, JSON_COMPACT);
+	json_decref(norm);
+	if (!out)
+		http_reply_error(r, 500, "internal", "could not encode the definition", NULL);
+	return out;
+}
+
 static void h_submit(struct http_req *r, void *arg)
 {
 	static const char sql[] =
 		"select s.run_id, s.created, coalesce((select x.status from cairn.runs x "
 		"where x.run_id = s.run_id), 'running') "
 		"from cairn.submit($1::jsonb, $2::jsonb, $3, $4, $5::jsonb) s";
+	static const char by_name_sql[] =
+		"with d as (select w.definition from cairn.workflow_defs w where w.name = $6 "
+		"and ($7::int is null or w.version = $7::int) order by w.version desc limit 1) "
+		"select s.run_id, s.created, coalesce((select x.status from cairn.runs x "
+		"where x.run_id = s.run_id), 'running') "
+		"from d cross join lateral cairn.submit(d.definition, $2::jsonb, $3, $4, $5::jsonb) s "
+		"where $1::text is null";
 	struct api *a = arg;
-	json_t *body = http_body(r), *def, *norm = NULL, *errs = NULL, *details = NULL, *v;
-	const char *key = http_header(r, "Idempotency-Key"), *k;
-	char *def_s = NULL, *input_s = NULL, *labels_s = NULL, path[MAX_NAME_LEN + 8], msg[128];
+	json_t *body = http_body(r), *def, *details = NULL, *v;
+	const char *key = http_header(r, "Idempotency-Key"), *k, *wf;
+	char *def_s = NULL, *input_s = NULL, *labels_s = NULL, path[MAX_NAME_LEN + 8], msg[300];
+	char version_s[24];
+	int64_t version = -1;
 	struct call *c;
 
 	if (!json_is_object(body)) {
@@ -416,14 +503,13 @@ static void h_submit(struct http_req *r, void *arg)
 	}
 	details = json_array();
 	json_object_foreach(body, k, v) {
-		if (strcmp(k, "definition") && strcmp(k, "input") && strcmp(k, "labels")) {
+		if (strcmp(k, "definition") && strcmp(k, "input") && strcmp(k, "labels") &&
+		    strcmp(k, "workflow") && strcmp(k, "version")) {
 			snprintf(path, sizeof(path), "$.%.*s", MAX_NAME_LEN, k);
 			json_array_append_new(details, detail(path, "unknown field"));
 		}
 	}
-	def = json_object_get(body, "definition");
-	if (!def)
-		json_array_append_new(details, detail("$.definition", "required"));
+	check_source(body, details, &version);
 	check_labels(json_object_get(body, "labels"), details);
 	if (key && (strlen(key) == 0 || strlen(key) > MAX_KEY_LEN))
 		json_array_append_new(details, detail("Idempotency-Key", "must have 1 to 255 characters"));
@@ -432,31 +518,34 @@ static void h_submit(struct http_req *r, void *arg)
 		details = NULL;
 		goto out;
 	}
-	if (workflow_normalize(def, &norm, &errs) < 0) {
-		size_t n = json_array_size(errs);
-
-		snprintf(msg, sizeof(msg), "invalid workflow definition: %zu error%s", n, n == 1 ? "" : "s");
-		http_reply_error(r, 400, "invalid_definition", msg, errs);
-		errs = NULL;
+	def = json_object_get(body, "definition");
+	wf = json_string_value(json_object_get(body, "workflow"));
+	if (def && !(def_s = normalize_or_reply(r, def)))
 		goto out;
-	}
-	def_s = json_dumps(norm, JSON_COMPACT);
 	v = json_object_get(body, "input");
 	input_s = json_dumps(v ? v : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
 	v = json_object_get(body, "labels");
 	labels_s = v && !json_is_null(v) ? json_dumps(v, JSON_COMPACT) : xstrdup("{}");
-	if (!def_s || !input_s || !labels_s) {
+	if (!input_s || !labels_s) {
 		http_reply_error(r, 500, "internal", "could not encode the request", NULL);
 		goto out;
 	}
 	c = call_new(a, r);
-	if (!submit_query(a, r, sql, 5,
-			  (const char *[]){ def_s, input_s, key, a->tenant, labels_s }, submit_done, c))
+	if (wf) {
+		snprintf(version_s, sizeof(version_s), "%" PRId64, version);
+		if (version > 0)
+			snprintf(msg, sizeof(msg), "no workflow \"%s\" version %" PRId64 " is stored", wf, version);
+		else
+			snprintf(msg, sizeof(msg), "no workflow \"%s\" is stored", wf);
+		c->s1 = xstrdup(msg);
+	}
+	if (!submit_query(a, r, wf ? by_name_sql : sql, wf ? 7 : 5,
+			  (const char *[]){ def_s, input_s, key, a->tenant, labels_s, wf,
+					    version > 0 ? version_s : NULL },
+			  submit_done, c))
 		call_free(c);
 out:
 	json_decref(details);
-	json_decref(norm);
-	json_decref(errs);
 	free(def_s);
 	free(input_s);
 	free(labels_s);
@@ -982,6 +1071,357 @@ static void h_fork(struct http_req *r, void *arg)
 	free(def_s);
 }
 
+/* ---- named workflow definitions ---- */
+
+/* Replies with the first column of a one-row result, or 404 with the
+ * message in c->s1. */
+static void one_or_404_done(PGresult *res, void *arg)
+{
+	struct call *c = arg;
+
+	if (!pgq_ok(res))
+		reply_db_error(c->r, res, "read");
+	else if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0))
+		http_reply_error(c->r, 404, "not_found", c->s1, NULL);
+	else
+		http_reply_raw(c->r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
+	call_free(c);
+}
+
+static bool name_param_ok(struct http_req *r, const char *name, const char *what)
+{
+	char msg[300];
+
+	if (name_ok(name))
+		return true;
+	snprintf(msg, sizeof(msg), "invalid %s name \"%.128s\": expected 1 to 128 of A-Z a-z 0-9 _ . -",
+		 what, name);
+	http_reply_error(r, 400, "invalid_request", msg, NULL);
+	return false;
+}
+
+static void put_workflow_done(PGresult *res, void *arg)
+{
+	struct call *c = arg;
+	long version, prev;
+	bool created;
+
+	if (!pgq_ok(res) || PQntuples(res) != 1) {
+		reply_db_error(c->r, res, "workflow_put");
+		goto out;
+	}
+	version = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	prev = PQgetisnull(res, 0, 1) ? 0 : strtol(PQgetvalue(res, 0, 1), NULL, 10);
+	created = version > prev;
+	http_reply_json(c->r, created ? 201 : 200,
+			json_pack("{s:s, s:i, s:b}", "name", c->s1, "version", (json_int_t)version,
+				  "created", created));
+out:
+	call_free(c);
+}
+
+/* PUT /v1/workflows/{name}: stores the definition as version N+1 (or
+ * answers the latest version when it is the same definition). */
+static void h_put_workflow(struct http_req *r, void *arg)
+{
+	static const char sql[] =
+		"with prev as (select max(version) v from cairn.workflow_defs where name = $1) "
+		"select cairn.workflow_put($1, $2::jsonb), prev.v from prev";
+	const char *name = http_param(r, 0);
+	json_t *body = http_body(r), *n, *def = NULL;
+	char *def_s = NULL, msg[300];
+	struct call *c;
+
+	if (!name_param_ok(r, name, "workflow"))
+		return;
+	if (!json_is_object(body)) {
+		http_reply_error(r, 400, "invalid_definition", "the body must be a workflow definition",
+				 json_pack("[o]", detail("$", "expected an object")));
+		return;
+	}
+	n = json_object_get(body, "name");
+	if (n && (!json_is_string(n) || strcmp(json_string_value(n), name) != 0)) {
+		snprintf(msg, sizeof(msg), "must be \"%s\", the name in the path, or absent", name);
+		http_reply_error(r, 400, "invalid_definition", "the definition's name differs from the path",
+				 json_pack("[o]", detail("$.name", msg)));
+		return;
+	}
+	def = json_deep_copy(body);
+	if (!n)
+		json_object_set_new(def, "name", json_string(name));
+	def_s = normalize_or_reply(r, def);
+	json_decref(def);
+	if (!def_s)
+		return;
+	c = call_new(arg, r);
+	c->s1 = xstrdup(name);
+	if (!submit_query(arg, r, sql, 2, (const char *[]){ name, def_s }, put_workflow_done, c))
+		call_free(c);
+	free(def_s);
+}
+
+static void h_get_workflow(struct http_req *r, void *arg)
+{
+	static const char sql[] =
+		"select json_build_object('name', name, 'version', version, 'definition', definition, "
+		"'created_at', created_at)::text from cairn.workflow_defs "
+		"where name = $1 and ($2::int is null or version = $2::int) order by version desc limit 1";
+	const char *name = http_param(r, 0);
+	int64_t version;
+	char version_s[24], msg[300];
+	struct call *c;
+
+	if (!name_param_ok(r, name, "workflow") ||
+	    !query_int(r, "version", -1, 1, INT32_MAX, &version))
+		return;
+	snprintf(version_s, sizeof(version_s), "%" PRId64, version);
+	if (version > 0)
+		snprintf(msg, sizeof(msg), "no workflow \"%s\" version %" PRId64 " is stored", name, version);
+	else
+		snprintf(msg, sizeof(msg), "no workflow \"%s\" is stored", name);
+	c = call_new(arg, r);
+	c->s1 = xstrdup(msg);
+	if (!submit_query(arg, r, sql, 2, (const char *[]){ name, version > 0 ? version_s : NULL },
+			  one_or_404_done, c))
+		call_free(c);
+}
+
+static void h_list_workflows(struct http_req *r, void *arg)
+{
+	static const char sql[] =
+		"select json_build_object('workflows', coalesce(json_agg(json_build_object('name', w.name, "
+		"'version', w.version, 'created_at', w.created_at) order by w.name), '[]'::json), "
+		"'next', case when count(*) = $1::int then max(w.name) end)::text "
+		"from (select distinct on (name) name, version, created_at from cairn.workflow_defs "
+		"where name > coalesce($2, '') order by name, version desc limit $1::int) w";
+	const char *after = http_query(r, "after");
+	int64_t limit;
+	char limit_s[24];
+	struct call *c;
+
+	if (!query_int(r, "limit", LIST_DEFAULT, 1, LIST_MAX, &limit))
+		return;
+	snprintf(limit_s, sizeof(limit_s), "%" PRId64, limit);
+	c = call_new(arg, r);
+	c->s1 = xstrdup("no workflows");
+	if (!submit_query(arg, r, sql, 2, (const char *[]){ limit_s, after }, one_or_404_done, c))
+		call_free(c);
+}
+
+/* ---- schedules ---- */
+
+/* "2026-11-30T02:47:00Z" (with milliseconds when there are any). */
+static void iso_time(int64_t ms, char *out, size_t len)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+
+	if (!gmtime_r(&t, &tm)) {
+		snprintf(out, len, "?");
+		return;
+	}
+	strftime(out, len, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (ms % 1000)
+		snprintf(out + strlen(out), len - strlen(out), ".%03dZ", (int)(ms % 1000));
+	else
+		snprintf(out + strlen(out), len - strlen(out), "Z");
+}
+
+static void put_schedule_done(PGresult *res, void *arg)
+{
+	struct call *c = arg;
+	json_t *body;
+	bool created;
+
+	if (pgq_ok(res) && PQntuples(res) == 0) {
+		http_reply_error(c->r, 404, "not_found", "no such workflow is stored", NULL);
+		goto out;
+	}
+	if (!pgq_ok(res) || PQntuples(res) != 1) {
+		reply_db_error(c->r, res, "schedule_put");
+		goto out;
+	}
+	created = PQgetvalue(res, 0, 0)[0] != 't';
+	body = json_loads(c->s2, 0, NULL);
+	if (!body) {
+		http_reply_error(c->r, 500, "internal", "could not encode the reply", NULL);
+		goto out;
+	}
+	json_object_set_new(body, "created", json_boolean(created));
+	http_reply_json(c->r, created ? 201 : 200, body);
+out:
+	call_free(c);
+}
+
+/* POST /v1/schedules {"name", "cron", "definition" | "workflow" [+ "version"],
+ * "input", "catch_up"}: creates or replaces a schedule. A stored workflow
+ * is resolved now: the schedule keeps that version's definition. */
+static void h_put_schedule(struct http_req *r, void *arg)
+{
+	static const char sql[] =
+		"with old as (select exists (select 1 from cairn.schedules where name = $1) e), "
+		"d as (select coalesce($3::jsonb, (select w.definition from cairn.workflow_defs w "
+		"where w.name = $4 and ($5::int is null or w.version = $5::int) "
+		"order by w.version desc limit 1)) def) "
+		"select old.e, cairn.schedule_put($1, $2, d.def, $6::jsonb, $7, "
+		"timestamptz 'epoch' + $8::bigint * interval '1 microsecond') "
+		"from old, d where d.def is not null";
+	static const char *const known[] = { "name", "cron", "definition", "workflow", "version",
+					     "input", "catch_up", NULL };
+	json_t *body = http_body(r), *details = NULL, *v, *def;
+	const char *k, *name, *expr, *catch_up, *wf;
+	char *def_s = NULL, *input_s = NULL, path[MAX_NAME_LEN + 8], err[256], next_iso[40];
+	char next_s[24], version_s[24];
+	struct cron cr;
+	int64_t version = -1, next = -1;
+	struct call *c;
+
+	if (!json_is_object(body)) {
+		http_reply_error(r, 400, "invalid_request", "request body must be a JSON object",
+				 json_pack("[o]", detail("$", "expected an object")));
+		goto out;
+	}
+	details = json_array();
+	json_object_foreach(body, k, v) {
+		bool ok = false;
+
+		for (int i = 0; known[i] && !ok; i++)
+			ok = !strcmp(k, known[i]);
+		if (!ok) {
+			snprintf(path, sizeof(path), "$.%.*s", MAX_NAME_LEN, k);
+			json_array_append_new(details, detail(path, "unknown field"));
+		}
+	}
+	name = json_string_value(json_object_get(body, "name"));
+	if (!name || !name_ok(name))
+		json_array_append_new(details, detail("$.name",
+						      "expected a schedule name (1 to 128 of A-Z a-z 0-9 _ . -)"));
+	expr = json_string_value(json_object_get(body, "cron"));
+	if (!expr) {
+		json_array_append_new(details, detail("$.cron", "expected a cron expression"));
+	} else if (cron_parse(expr, &cr, err, sizeof(err)) < 0) {
+		json_array_append_new(details, detail("$.cron", err));
+	} else if ((next = cron_next(&cr, wall_ms())) < 0) {
+		json_array_append_new(details, detail("$.cron", "the expression never fires"));
+	}
+	v = json_object_get(body, "catch_up");
+	catch_up = v ? json_string_value(v) : "one";
+	if (!catch_up || (strcmp(catch_up, "skip") && strcmp(catch_up, "one") && strcmp(catch_up, "all")))
+		json_array_append_new(details, detail("$.catch_up", "expected \"skip\", \"one\" or \"all\""));
+	check_source(body, details, &version);
+	if (json_array_size(details)) {
+		http_reply_error(r, 400, "invalid_request", "invalid schedule", details);
+		details = NULL;
+		goto out;
+	}
+	def = json_object_get(body, "definition");
+	wf = json_string_value(json_object_get(body, "workflow"));
+	if (def && !(def_s = normalize_or_reply(r, def)))
+		goto out;
+	v = json_object_get(body, "input");
+	input_s = json_dumps(v ? v : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!input_s) {
+		http_reply_error(r, 500, "internal", "could not encode the input", NULL);
+		goto out;
+	}
+	snprintf(next_s, sizeof(next_s), "%" PRId64, next * 1000);
+	snprintf(version_s, sizeof(version_s), "%" PRId64, version);
+	iso_time(next, next_iso, sizeof(next_iso));
+	c = call_new(arg, r);
+	{
+		json_t *reply = json_pack("{s:s, s:s, s:s, s:s}", "name", name, "cron", expr,
+					  "catch_up", catch_up, "next_at", next_iso);
+
+		c->s2 = json_dumps(reply, JSON_COMPACT);
+		json_decref(reply);
+	}
+	if (!submit_query(arg, r, sql, 8,
+			  (const char *[]){ name, expr, def_s, wf, version > 0 ? version_s : NULL,
+					    input_s, catch_up, next_s },
+			  put_schedule_done, c))
+		call_free(c);
+out:
+	json_decref(details);
+	free(def_s);
+	free(input_s);
+}
+
+#define SCHEDULE_JSON \
+	"json_build_object('name', s.name, 'cron', s.cron, 'catch_up', s.catch_up, " \
+	"'workflow', s.definition->>'name', 'input', s.input, 'next_at', s.next_at, " \
+	"'last_tick', s.last_tick, 'last_run_id', s.last_run_id, 'enabled', s.enabled, " \
+	"'created_at', s.created_at"
+
+static void h_list_schedules(struct http_req *r, void *arg)
+{
+	static const char sql[] =
+		"select json_build_object('schedules', coalesce(json_agg(" SCHEDULE_JSON ") "
+		"order by s.name), '[]'::json), "
+		"'next', case when count(*) = $1::int then max(s.name) end)::text "
+		"from (select * from cairn.schedules where name > coalesce($2, '') "
+		"order by name limit $1::int) s";
+	const char *after = http_query(r, "after");
+	int64_t limit;
+	char limit_s[24];
+	struct call *c;
+
+	if (!query_int(r, "limit", LIST_DEFAULT, 1, LIST_MAX, &limit))
+		return;
+	snprintf(limit_s, sizeof(limit_s), "%" PRId64, limit);
+	c = call_new(arg, r);
+	c->s1 = xstrdup("no schedules");
+	if (!submit_query(arg, r, sql, 2, (const char *[]){ limit_s, after }, one_or_404_done, c))
+		call_free(c);
+}
+
+static void h_get_schedule(struct http_req *r, void *arg)
+{
+	static const char sql[] =
+		"select " SCHEDULE_JSON ", 'definition', s.definition)::text "
+		"from cairn.schedules s where s.name = $1";
+	const char *name = http_param(r, 0);
+	char msg[300];
+	struct call *c;
+
+	if (!name_param_ok(r, name, "schedule"))
+		return;
+	snprintf(msg, sizeof(msg), "no schedule \"%s\"", name);
+	c = call_new(arg, r);
+	c->s1 = xstrdup(msg);
+	if (!submit_query(arg, r, sql, 1, (const char *[]){ name }, one_or_404_done, c))
+		call_free(c);
+}
+
+static void delete_schedule_done(PGresult *res, void *arg)
+{
+	struct call *c = arg;
+	char msg[300];
+
+	if (!pgq_ok(res) || PQntuples(res) != 1) {
+		reply_db_error(c->r, res, "schedule_delete");
+	} else if (PQgetvalue(res, 0, 0)[0] != 't') {
+		snprintf(msg, sizeof(msg), "no schedule \"%s\"", c->s1);
+		http_reply_error(c->r, 404, "not_found", msg, NULL);
+	} else {
+		http_reply_json(c->r, 200, json_pack("{s:s, s:b}", "name", c->s1, "deleted", 1));
+	}
+	call_free(c);
+}
+
+static void h_delete_schedule(struct http_req *r, void *arg)
+{
+	static const char sql[] = "select cairn.schedule_delete($1)";
+	const char *name = http_param(r, 0);
+	struct call *c;
+
+	if (!name_param_ok(r, name, "schedule"))
+		return;
+	c = call_new(arg, r);
+	c->s1 = xstrdup(name);
+	if (!submit_query(arg, r, sql, 1, (const char *[]){ name }, delete_schedule_done, c))
+		call_free(c);
+}
+
 /* ---- health and metrics ---- */
 
 static int connected(const struct api *a)
@@ -1020,6 +1460,8 @@ static void h_metrics(struct http_req *r, void *arg)
 	buf_addf(&b, "# HELP cairnd_notifications_total Store notifications received.\n"
 		     "# TYPE cairnd_notifications_total counter\ncairnd_notifications_total %" PRIu64 "\n",
 		 a->notifications);
+	if (a->duties)
+		duties_metrics_write(a->duties, &b);
 	buf_addf(&b, "# HELP cairnd_db_connections Request connections to the store that are up.\n"
 		     "# TYPE cairnd_db_connections gauge\ncairnd_db_connections %d\n", connected(a));
 	http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len);
@@ -1040,6 +1482,13 @@ static const struct http_route routes[] = {
 	{ "POST", "/v1/runs/*/cancel", "cancel", ROLE_SUBMIT, HTTP_JSON_BODY, h_cancel },
 	{ "POST", "/v1/runs/*/retry", "retry", ROLE_SUBMIT, HTTP_JSON_BODY, h_retry },
 	{ "POST", "/v1/runs/*/fork", "fork", ROLE_SUBMIT, HTTP_JSON_BODY, h_fork },
+	{ "GET", "/v1/workflows", "list_workflows", ROLE_READ, 0, h_list_workflows },
+	{ "GET", "/v1/workflows/*", "get_workflow", ROLE_READ, 0, h_get_workflow },
+	{ "PUT", "/v1/workflows/*", "put_workflow", ROLE_SUBMIT, HTTP_JSON_BODY, h_put_workflow },
+	{ "POST", "/v1/schedules", "put_schedule", ROLE_SUBMIT, HTTP_JSON_BODY, h_put_schedule },
+	{ "GET", "/v1/schedules", "list_schedules", ROLE_READ, 0, h_list_schedules },
+	{ "GET", "/v1/schedules/*", "get_schedule", ROLE_READ, 0, h_get_schedule },
+	{ "DELETE", "/v1/schedules/*", "delete_schedule", ROLE_SUBMIT, 0, h_delete_schedule },
 	{ NULL, NULL, NULL, 0, 0, NULL }
 };
 
@@ -1087,6 +1536,11 @@ struct api *api_new(struct event_base *base, const struct api_opts *opts)
 void api_set_server(struct api *a, struct http_server *s)
 {
 	a->server = s;
+}
+
+void api_set_duties(struct api *a, struct duties *d)
+{
+	a->duties = d;
 }
 
 void api_drain(struct api *a)

@@ -27,6 +27,9 @@ const struct http_route *api_routes(void);
 void api_auth(struct http_req *r, const char *token_sha256_hex, void *arg);
 /* The server whose metrics /metrics shows (borrowed). */
 void api_set_server(struct api *a, struct http_server *s);
+/* The duties whose counters /metrics shows (borrowed). */
+struct duties;
+void api_set_duties(struct api *a, struct duties *d);
 /* Answers every pending long-poll as soon as its next look at the store returns. */
 void api_drain(struct api *a);
 /* Long-polls still waiting. */

@@ -35,6 +35,8 @@ static struct {
 	char *tenant;
 	int64_t shutdown_timeout;
 	int64_t statement_timeout;
+	char *webhook_url;
+	char *webhook_secret;
 } conf;
 
 static const struct config_opt options[] = {
@@ -64,6 +66,11 @@ static const struct config_opt options[] = {
 	{ .name = "statement-timeout", .type = CONFIG_DURATION, .dst = &conf.statement_timeout,
 	  .def = "30s", .min = 0, .max = 3600000,
 	  .help = "longest database statement of an API request (0: no limit)" },
+	{ .name = "webhook-url", .type = CONFIG_STRING, .dst = &conf.webhook_url, .metavar = "URL",
+	  .help = "POST approval events to this http:// URL (needs --webhook-secret)" },
+	{ .name = "webhook-secret", .type = CONFIG_STRING, .dst = &conf.webhook_secret,
+	  .flags = CONFIG_SECRET, .metavar = "SECRET",
+	  .help = "key of the HMAC-SHA256 signature of each webhook body" },
 	{ .name = NULL }
 };
 
@@ -195,7 +202,8 @@ int main(int argc, char **argv)
 	struct daemon d = { 0 };
 	struct http_opts hopts = { 0 };
 	struct api_opts aopts = { 0 };
-	char *host = NULL;
+	struct duties_opts dopts = { 0 };
+	char *host = NULL, err[256];
 	int port = 0, bound = 0, ret = 1;
 
 	log_init("cairnd", LOG_INFO);
@@ -226,6 +234,11 @@ int main(int argc, char **argv)
 		log_warn("listening on \"%s\", which is reachable beyond this host; "
 			 "put TLS in front of it", conf.listen);
 	}
+	if (conf.webhook_url && (!conf.webhook_secret || !*conf.webhook_secret)) {
+		fprintf(stderr, "cairnd: --webhook-url needs --webhook-secret (or CAIRN_WEBHOOK_SECRET)\n");
+		ret = 2;
+		goto out;
+	}
 	if (conf.no_auth)
 		log_warn("authentication is off (--no-auth): every local client has every role");
 	signal(SIGPIPE, SIG_IGN);
@@ -248,11 +261,21 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	api_set_server(d.api, d.http);
+	dopts.conninfo = conf.database_url;
+	dopts.interval_ms = conf.duty_interval;
+	dopts.webhook_url = conf.webhook_url;
+	dopts.webhook_secret = conf.webhook_secret;
+	d.duties = duties_new(d.base, &dopts, err, sizeof(err));
+	if (!d.duties) {
+		fprintf(stderr, "cairnd: %s\n", err);
+		ret = 2;
+		goto out;
+	}
+	api_set_duties(d.api, d.duties);
 	if (http_bind(d.http, host, port, &bound) < 0)
 		goto out;
 	if (conf.port_file && write_port_file(conf.port_file, bound) < 0)
 		goto out;
-	d.duties = duties_new(d.base, conf.database_url, conf.duty_interval);
 	d.sigterm = evsignal_new(d.base, SIGTERM, on_signal, &d);
 	d.sigint = evsignal_new(d.base, SIGINT, on_signal, &d);
 	d.drain = evtimer_new(d.base, drain_check, &d);

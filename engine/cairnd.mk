@@ -6,7 +6,8 @@ engine_cairnd_SOURCES = \
 	engine/cairnd.c \
 	engine/http.c engine/http.h \
 	engine/api.c engine/api.h \
-	engine/duties.c engine/duties.h
+	engine/duties.c engine/duties.h \
+	engine/webhook.c engine/webhook.h
 engine_cairnd_LDADD = $(CAIRN_LIBS)
 EXTRA_DIST += docs/api.md
 engine_libcairn_a_SOURCES += engine/cron.c engine/cron.h
