@@ -263,6 +263,10 @@ static void report_result(PGresult *res, void *arg)
 		log_info("the %s of step \"%s\" of run %s was refused: a newer attempt owns the step",
 			 what, job->step_id, job->run_id);
 		executor_forget(l->ex, job->run_id, job->step_id);
+	} else if (!strcmp(pgq_sqlstate(res), CAIRN_SQLSTATE_NOT_FOUND)) {
+		log_warn("the %s of step \"%s\" of run %s was refused: %s", what, job->step_id,
+			 job->run_id, pgq_errmsg(res));
+		executor_forget(l->ex, job->run_id, job->step_id);
 	} else if (job->report == REPORT_COMPLETE) {
 		/* The store refused the result itself: fail the step with why. */
 		json_t *err = json_pack("{s:s, s:s+, s:b}", "reason", "report_error",
