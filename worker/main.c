@@ -51,7 +51,8 @@ static const struct config_opt opts[] = {
 	{ .name = "log-max", .type = CONFIG_SIZE, .dst = &conf.log_max, .def = "1M",
 	  .min = 1024, .max = 64 << 20, .help = "stdout and stderr kept per step and stream" },
 	{ .name = "log-level", .type = CONFIG_STRING, .dst = &conf.log_level, .def = "info",
-	  .choices = "debug,info,warn,error", .help = "least important messages logged" },
+	  .choices = "debug,info,warn,error", .metavar = "LEVEL",
+	  .help = "least important messages logged" },
 	{ .name = NULL }
 };
 
