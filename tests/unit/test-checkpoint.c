@@ -596,7 +596,7 @@ static void test_dir_comes_back(void)
 	int rc = 0;
 
 	xmkdir(P("w2/a"), 0755);
-	put_file(P("w2/a/y"), "y", 1, 0200);
+	put_file(P("w2/a/y"), "y", 1, 0640);
 	for (int i = 0; i < 3; i++) {
 		if (i == 1)
 			rm_rf(P("w2/a"));
