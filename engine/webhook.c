@@ -211,6 +211,9 @@ static void start(struct webhook *w, struct delivery *d)
 	}
 	evhttp_connection_set_timeout(d->conn, WEBHOOK_TIMEOUT_S);
 	evhttp_connection_set_retries(d->conn, 0);
+	/* The answer's body is not read: cap what a receiver may send. */
+	evhttp_connection_set_max_headers_size(d->conn, 64 * 1024);
+	evhttp_connection_set_max_body_size(d->conn, 1024 * 1024);
 	evhttp_request_set_error_cb(req, on_error);
 	webhook_sign(w->secret, d->body, strlen(d->body), sig, sizeof(sig));
 	h = evhttp_request_get_output_headers(req);
