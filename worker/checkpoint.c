@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1761,6 +1762,12 @@ struct restore {
 	uint64_t old_size;
 	int64_t next_index;
 	bool sent_old_last, sent_new_last;
+	/* blocks queued for one pwritev, pointing into the current frame */
+#define RS_IOV 64
+	struct iovec iov[RS_IOV];
+	int niov;
+	off_t iov_off;
+	size_t iov_len;
 	char *err;
 	size_t errlen;
 };
@@ -2020,32 +2027,64 @@ out:
 }
 
 /* BLOCK: writes one block of the open file at its offset. */
+/* Writes the queued blocks of the open file (contiguous, one pwritev). */
+static int rs_flush(struct restore *rs)
+{
+	struct iovec *iov = rs->iov;
+	int n = rs->niov;
+	off_t off = rs->iov_off;
+
+	while (n > 0) {
+		ssize_t w = pwritev(rs->fd, iov, n, off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			char q[160];
+
+			return rerr(rs, "entry %llu \"%s\": could not write: %s", (unsigned long long)rs->rec,
+				    qpath(rs->cur->path, strlen(rs->cur->path), q, sizeof(q)),
+				    w < 0 ? strerror(errno) : "no progress");
+		}
+		off += w;
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= w;
+		}
+	}
+	rs->niov = 0;
+	return 0;
+}
+
+static int rs_blkerr(struct restore *rs, const char *what, uint64_t v)
+{
+	char q[160];
+
+	return rerr(rs, "entry %llu \"%s\": %s %llu", (unsigned long long)rs->rec,
+		    qpath(rs->cur->path, strlen(rs->cur->path), q, sizeof(q)), what, (unsigned long long)v);
+}
+
+/* BLOCK: queues one block of the open file for writing at its offset. */
 static int rs_block(struct restore *rs, const uint8_t *p, size_t n, const uint8_t *hash)
 {
 	struct checkpoint_entry *e = rs->cur;
 	uint32_t idx = get32(p + 4), len = get32(p + 8);
 	const uint8_t *data = p + BLOCK_HDR;
-	char q[160];
+	off_t off = (off_t)idx * CHECKPOINT_BLOCK_SIZE;
 
 	if (!e)
 		return rerr(rs, "entry %llu: data block outside a file", (unsigned long long)rs->rec);
-	qpath(e->path, strlen(e->path), q, sizeof(q));
 	if (idx >= e->nblocks || idx < rs->next_index || p[1] || p[2] || p[3])
-		return rerr(rs, "entry %llu \"%s\": bad block index %u", (unsigned long long)rs->rec, q, idx);
+		return rs_blkerr(rs, "bad block index", idx);
 	if (!rs->patch && idx != rs->next_index)
-		return rerr(rs, "entry %llu \"%s\": block %llu is missing", (unsigned long long)rs->rec, q,
-			    (unsigned long long)rs->next_index);
+		return rs_blkerr(rs, "missing block", rs->next_index);
 	if (len != old_block_len(e->size, idx))
-		return rerr(rs, "entry %llu \"%s\": block %u has a bad length %u", (unsigned long long)rs->rec, q, idx, len);
-	for (size_t off = 0; off < len;) {
-		ssize_t w = pwrite(rs->fd, data + off, len - off, (off_t)idx * CHECKPOINT_BLOCK_SIZE + off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return rerr(rs, "entry %llu \"%s\": could not write: %m", (unsigned long long)rs->rec, q);
-		off += w;
-	}
+		return rs_blkerr(rs, "bad length for block", idx);
 	if (rs->opt.verify_data) {
 		uint8_t h[CHECKPOINT_HASH_LEN];
 
@@ -2054,9 +2093,18 @@ static int rs_block(struct restore *rs, const uint8_t *p, size_t n, const uint8_
 			hash = h;
 		}
 		if (memcmp(hash, p + 12, CHECKPOINT_HASH_LEN))
-			return rerr(rs, "entry %llu \"%s\": block %u does not match its hash",
-				    (unsigned long long)rs->rec, q, idx);
+			return rs_blkerr(rs, "data does not match the hash of block", idx);
 	}
+	if (rs->niov && (rs->niov == RS_IOV || rs->iov_off + (off_t)rs->iov_len != off) && rs_flush(rs) < 0)
+		return -1;
+	if (!rs->niov) {
+		rs->iov_off = off;
+		rs->iov_len = 0;
+	}
+	rs->iov[rs->niov].iov_base = (void *)data;
+	rs->iov[rs->niov].iov_len = len;
+	rs->niov++;
+	rs->iov_len += len;
 	memcpy(e->blocks[idx], p + 12, CHECKPOINT_HASH_LEN);
 	rs->next_index = (int64_t)idx + 1;
 	if (idx >= rs->old_nblocks)
@@ -2078,6 +2126,8 @@ static int rs_file_end(struct restore *rs, const uint8_t *p)
 
 	if (!e)
 		return rerr(rs, "entry %llu: file end outside a file", (unsigned long long)rs->rec);
+	if (rs_flush(rs) < 0)
+		return -1;
 	qpath(e->path, strlen(e->path), q, sizeof(q));
 	if (!rs->patch && rs->next_index != e->nblocks)
 		return rerr(rs, "entry %llu \"%s\": block %llu is missing", (unsigned long long)rs->rec, q,
@@ -2151,7 +2201,8 @@ static int rs_frame(struct restore *rs, struct chunk *c, bool last)
 		if (r < 0)
 			return -1;
 	}
-	return 0;
+	/* the queued blocks point into this frame, about to be reused */
+	return rs->cur ? rs_flush(rs) : 0;
 }
 
 /* Folds this link's deletions and additions into the tree. */
@@ -2297,6 +2348,8 @@ static int rs_finish(struct restore *rs)
 			return -1;
 		if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return rerr(rs, "could not stat \"%s\": %m", e->path);
+		if (S_ISLNK(st.st_mode) != (e->type == CHECKPOINT_SYMLINK))
+			return rerr(rs, "\"%s\" changed during the restore", e->path);
 		if (e->type != CHECKPOINT_SYMLINK && (st.st_mode & 0777) != e->mode) {
 			if (fchmodat(pfd, leaf, e->mode, 0) < 0 || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
 				return rerr(rs, "could not set the mode of \"%s\": %m", e->path);
@@ -2371,6 +2424,7 @@ static int restore_chain(const char *dir, const struct checkpoint_blob *chain, s
 				close(rs.fd);
 			rs.fd = -1;
 			rs.cur = NULL;
+			rs.niov = 0;
 			preerr(err, errlen, "checkpoint %zu of %zu", k + 1, n);
 			goto out;
 		}

@@ -755,7 +755,7 @@ static void test_hostile(void)
 	r_bad_hash = false;
 	r_file_end(&r, "!", 1, false);
 	r_end(&r, 1);
-	ok(try_blob(&r, &o) < 0 && err_has("entry 1 \"f\": block 0 does not match its hash"),
+	ok(try_blob(&r, &o) < 0 && err_has("entry 1 \"f\": data does not match the hash of block 0"),
 	   "verify_data: a block that does not match its recorded hash is refused");
 
 	r.n = 0;
@@ -763,7 +763,7 @@ static void test_hostile(void)
 	r_block(&r, 0, "!", 1);
 	r_file_end(&r, "!", 1, false);
 	r_end(&r, 1);
-	ok(try_blob(&r, NULL) < 0 && err_has("block 0 has a bad length"), "short block refused");
+	ok(try_blob(&r, NULL) < 0 && err_has("entry 1 \"f\": bad length for block 0"), "short block refused");
 
 	r.n = 0;
 	r_entry(&r, 1, 0, 0644, 1, "f", 1, NULL);
