@@ -5,6 +5,7 @@
 #include "config.h"
 #include "cairn.h"
 #include "client.h"
+#include "cmd_workflow.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -19,8 +20,9 @@ static int cmd_help(struct cairn *cn, const struct cmd *self, int argc, char **a
 
 static const struct cmd commands[] = {
 	{ "submit", cmd_submit,
-	  "FILE [--input JSON|@FILE] [--idempotency-key KEY] [--wait|--watch] [--json]",
-	  "submit a workflow definition as a new run" },
+	  "FILE|--workflow NAME [--version N] [--input JSON|@FILE] [--idempotency-key KEY] "
+	  "[--wait|--watch] [--json]",
+	  "submit a workflow definition (or a stored one, by name) as a new run" },
 	{ "runs", cmd_runs, "[--status S] [--workflow W] [--limit N] [--after CURSOR] [--json]",
 	  "list runs, newest first" },
 	{ "status", cmd_status, "RUN [--json]", "show a run and its steps" },
@@ -35,6 +37,17 @@ static const struct cmd commands[] = {
 	  "run a failed or cancelled run again from the steps that did not succeed" },
 	{ "fork", cmd_fork, "RUN --from STEP [--definition FILE] [--watch] [--json]",
 	  "start a new run from STEP on, reusing the outputs of what came before" },
+	{ "workflow put", cmd_workflow_put, "NAME FILE [--json]",
+	  "store FILE as the next version of workflow NAME; prints the version" },
+	{ "workflow get", cmd_workflow_get, "NAME [--version N] [--json]",
+	  "print a stored workflow definition (the latest version by default)" },
+	{ "workflow list", cmd_workflow_list, "[--json]", "list stored workflows, latest versions" },
+	{ "schedule add", cmd_schedule_add,
+	  "NAME CRON FILE|--workflow NAME [--version N] [--input JSON|@FILE] "
+	  "[--catch-up skip|one|all] [--json]",
+	  "start a run on a cron expression (creates or replaces the schedule)" },
+	{ "schedule list", cmd_schedule_list, "[--json]", "list schedules and their next ticks" },
+	{ "schedule rm", cmd_schedule_rm, "NAME", "delete a schedule" },
 	{ "sandbox", cmd_sandbox, "[OPTIONS] -- COMMAND [ARG...]", "run a command in a step's sandbox" },
 	{ "token create", cmd_token_create, "NAME --roles ROLE[,ROLE...]",
 	  "create an API token (roles: submit, approve, read, admin)" },

@@ -3,6 +3,7 @@
 #include "config.h"
 #include "cairn.h"
 #include "client.h"
+#include "cmd_workflow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,14 +221,17 @@ int cmd_submit(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		{ "idempotency-key", required_argument, NULL, 'k' },
 		{ "wait", no_argument, NULL, 'w' },
 		{ "watch", no_argument, NULL, 'W' },
+		{ "workflow", required_argument, NULL, 'n' },
+		{ "version", required_argument, NULL, 'v' },
 		COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 }
 	};
-	const char *input_arg = NULL, *key = NULL, *file, *run_id;
+	const char *input_arg = NULL, *key = NULL, *file, *run_id, *workflow = NULL;
 	bool wait = false, watch = false;
 	json_t *def = NULL, *input = NULL, *body = NULL, *reply = NULL;
 	json_error_t jerr;
 	char header[512];
+	long version = 0;
 	int opt, ret;
 
 	opterr = 0;
@@ -245,22 +249,35 @@ int cmd_submit(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		case 'W':
 			watch = true;
 			break;
+		case 'n':
+			workflow = optarg;
+			break;
+		case 'v':
+			if (parse_version(optarg, &version) < 0)
+				return usage_error(self, "invalid --version \"%s\": a number from 1", optarg);
+			break;
 		COMMON_OPT_CASES;
 		}
 	}
-	if (optind != argc - 1)
-		return usage_error(self, "expected one workflow file");
+	if (workflow && optind != argc)
+		return usage_error(self, "expected no workflow file with --workflow");
+	if (!workflow && optind != argc - 1)
+		return usage_error(self, "expected one workflow file (or --workflow NAME)");
+	if (version && !workflow)
+		return usage_error(self, "--version goes with --workflow");
 	if (key && (strpbrk(key, "\r\n") || strlen(key) > 255 || !*key))
 		return usage_error(self, "invalid idempotency key: 1 to 255 characters, one line");
-	file = argv[optind];
-	if (strcmp(file, "-") == 0)
-		def = json_loadf(stdin, 0, &jerr);
-	else
-		def = json_load_file(file, 0, &jerr);
-	if (!def) {
-		ret = fail(EXIT_INVALID, "could not read workflow \"%s\": %s (line %d)", file, jerr.text,
-			   jerr.line);
-		goto out;
+	if (!workflow) {
+		file = argv[optind];
+		if (strcmp(file, "-") == 0)
+			def = json_loadf(stdin, 0, &jerr);
+		else
+			def = json_load_file(file, 0, &jerr);
+		if (!def) {
+			ret = fail(EXIT_INVALID, "could not read workflow \"%s\": %s (line %d)", file,
+				   jerr.text, jerr.line);
+			goto out;
+		}
 	}
 	if (input_arg) {
 		input = parse_json_arg(input_arg, "--input");
@@ -270,7 +287,13 @@ int cmd_submit(struct cairn *cn, const struct cmd *self, int argc, char **argv)
 		}
 	}
 	body = json_object();
-	json_object_set(body, "definition", def);
+	if (workflow) {
+		json_object_set_new(body, "workflow", json_string(workflow));
+		if (version)
+			json_object_set_new(body, "version", json_integer(version));
+	} else {
+		json_object_set(body, "definition", def);
+	}
 	if (input)
 		json_object_set(body, "input", input);
 	if (key)

@@ -4,6 +4,7 @@ tools_cairn_SOURCES = \
 	tools/cairn.c tools/cairn.h \
 	tools/client.c tools/client.h \
 	tools/cmd_runs.c tools/cmd_steps.c tools/cmd_admin.c \
+	tools/cmd_workflow.c tools/cmd_workflow.h \
 	tools/dev.c
 tools_cairn_LDADD = $(CAIRN_LIBS)
 dist_noinst_SCRIPTS += tools/setup tools/quickstart tools/check
