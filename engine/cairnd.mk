@@ -10,4 +10,4 @@ engine_cairnd_SOURCES = \
 	engine/webhook.c engine/webhook.h
 engine_cairnd_LDADD = $(CAIRN_LIBS)
 EXTRA_DIST += docs/api.md
-engine_libcairn_a_SOURCES += engine/cron.c engine/cron.h
+engine_libcairn_a_SOURCES += engine/cron.c engine/cron.h engine/schedule.c engine/schedule.h

@@ -14,16 +14,13 @@
 #include "cron.h"
 #include "log.h"
 #include "pgq.h"
+#include "schedule.h"
 #include "webhook.h"
 
 #define BATCH 100
 #define BATCH_S "100"
 #define SCHEDULE_BATCH 50
 #define SCHEDULE_BATCH_S "50"
-/* Ticks walked per schedule per round; more missed than that continue
- * in the next round. */
-#define MAX_WALK 100000
-#define MAX_FIRES (2 * DUTIES_CATCH_UP_MAX + 1)
 
 struct duties {
 	struct event_base *base;
@@ -38,14 +35,7 @@ struct duties {
 	uint64_t schedule_runs;
 };
 
-/* One schedule_fire call: (tick, next, start), in microseconds since the
- * epoch; next is -1 for "never again". */
-struct fire {
-	int64_t tick_us, next_us;
-	bool start;
-};
-
-static void schedule(struct duties *d, int64_t ms)
+static void arm(struct duties *d, int64_t ms)
 {
 	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
 
@@ -69,7 +59,7 @@ static void step_done(struct duties *d)
 {
 	if (--d->pending > 0)
 		return;
-	schedule(d, d->full ? 0 : d->interval_ms);
+	arm(d, d->full ? 0 : d->interval_ms);
 }
 
 static void round_done(PGresult *res, void *arg)
@@ -87,69 +77,6 @@ static void round_done(PGresult *res, void *arg)
 			d->full = true;
 	}
 	step_done(d);
-}
-
-static int64_t floor_div(int64_t a, int64_t b)
-{
-	return a / b - (a % b != 0 && (a < 0) != (b < 0));
-}
-
-static int64_t next_tick_us(const struct cron *c, int64_t t_us)
-{
-	int64_t ms = cron_next(c, floor_div(t_us, 1000));
-
-	return ms < 0 ? -1 : ms * 1000;
-}
-
-/* The schedule_fire calls for one due schedule, in order. first_us is its
- * next_at. Ticks up to now_us are due; "skip" starts only those at most
- * DUTIES_SKIP_LATE_MS late, "one" the latest, "all" the latest
- * DUTIES_CATCH_UP_MAX. Returns the number of calls; *more is set when the
- * walk stopped early (too many missed ticks) and another round goes on. */
-static int plan(const struct cron *c, const char *catch_up, int64_t first_us, int64_t now_us,
-		struct fire *out, bool *more)
-{
-	int64_t ring[DUTIES_CATCH_UP_MAX], t = first_us, cur, starts[DUTIES_CATCH_UP_MAX];
-	int nring = 0, head = 0, nstarts = 0, n = 0;
-	long walked = 0;
-
-	*more = false;
-	if (now_us < first_us)
-		now_us = first_us;
-	while (t >= 0 && t <= now_us) {
-		ring[head] = t;
-		head = (head + 1) % DUTIES_CATCH_UP_MAX;
-		if (nring < DUTIES_CATCH_UP_MAX)
-			nring++;
-		t = next_tick_us(c, t);
-		if (++walked >= MAX_WALK && t >= 0 && t <= now_us) {
-			*more = true;
-			break;
-		}
-	}
-	/* t is now the first tick after now (or where the walk stopped), -1 for never. */
-	if (!*more) {
-		for (int i = 0; i < nring; i++) {
-			int64_t tick = ring[(head - nring + i + DUTIES_CATCH_UP_MAX) % DUTIES_CATCH_UP_MAX];
-			bool last = i == nring - 1;
-
-			if (!strcmp(catch_up, "all") || (!strcmp(catch_up, "one") && last) ||
-			    (!strcmp(catch_up, "skip") && now_us - tick <= DUTIES_SKIP_LATE_MS * 1000))
-				starts[nstarts++] = tick;
-		}
-	}
-	cur = first_us;
-	for (int i = 0; i < nstarts; i++) {
-		int64_t next = i + 1 < nstarts ? starts[i + 1] : t;
-
-		if (starts[i] != cur)
-			out[n++] = (struct fire){ cur, starts[i], false };
-		out[n++] = (struct fire){ starts[i], next, true };
-		cur = next;
-	}
-	if (!nstarts)
-		out[n++] = (struct fire){ first_us, t, false };
-	return n;
 }
 
 static void fire_done(PGresult *res, void *arg)
@@ -170,7 +97,7 @@ static void fire_schedule(struct duties *d, const char *name, const char *expr, 
 		"select cairn.schedule_fire($1, timestamptz 'epoch' + $2::bigint * interval '1 microsecond', "
 		"case when $3::bigint < 0 then 'infinity'::timestamptz "
 		"else timestamptz 'epoch' + $3::bigint * interval '1 microsecond' end, $4::boolean)";
-	struct fire fires[MAX_FIRES];
+	struct schedule_fire fires[SCHEDULE_MAX_FIRES];
 	struct cron c;
 	char err[256], tick[24], next[24];
 	bool more;
@@ -185,7 +112,7 @@ static void fire_schedule(struct duties *d, const char *name, const char *expr, 
 		}
 		return;
 	}
-	n = plan(&c, catch_up, first_us, now_us, fires, &more);
+	n = schedule_plan(&c, catch_up, first_us, now_us, fires, &more);
 	if (more)
 		d->full = true;
 	for (int i = 0; i < n; i++) {
@@ -231,7 +158,7 @@ static void tick(evutil_socket_t fd, short what, void *arg)
 	if (d->stopped)
 		return;
 	if (!pgq_connected(d->q)) {
-		schedule(d, d->interval_ms);
+		arm(d, d->interval_ms);
 		return;
 	}
 	d->full = false;
@@ -260,7 +187,7 @@ struct duties *duties_new(struct event_base *base, const struct duties_opts *opt
 		}
 	}
 	d->timer = evtimer_new(base, tick, d);
-	schedule(d, d->interval_ms);
+	arm(d, d->interval_ms);
 	return d;
 }
 

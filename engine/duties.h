@@ -24,11 +24,6 @@ struct duties_opts {
 	const char *webhook_secret; /* borrowed, copied; never logged */
 };
 
-/* Late schedule ticks beyond this start nothing under catch_up "skip". */
-#define DUTIES_SKIP_LATE_MS 2000
-/* At most this many runs per schedule for the ticks missed under "all". */
-#define DUTIES_CATCH_UP_MAX 100
-
 /* Returns new, or NULL with a message in err (a bad webhook URL). Opens
  * its own connection and runs a round every interval_ms. Caller frees
  * with duties_free. */

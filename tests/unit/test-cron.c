@@ -1,8 +1,10 @@
 /* test-cron: cron expressions in UTC: next ticks for known expressions,
  * month ends, leap years, day-of-month / day-of-week OR semantics, names,
- * steps, macros, @every, and bad expressions refused with the field named. */
+ * steps, macros, @every, and bad expressions refused with the field named;
+ * and the catch-up policies of schedules over ticks missed. */
 #include "../tap.h"
 #include "../../engine/cron.h"
+#include "../../engine/schedule.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -82,6 +84,103 @@ static void refused(const char *expr, const char *want_in_err)
 	ok(rc < 0 && strstr(err, want_in_err), "\"%s\" refused naming \"%s\"", expr, want_in_err);
 	if (rc == 0 || !strstr(err, want_in_err))
 		diag("rc %d, error: %s", rc, err);
+}
+
+
+/* Formats a plan as "tick>next:S|..." with times in seconds relative to
+ * base (next "never" for -1) and S 1 for a start. */
+static void plan_str(const struct schedule_fire *f, int n, int64_t base_us, char *out, size_t len)
+{
+	size_t o = 0;
+
+	out[0] = '\0';
+	for (int i = 0; i < n && o < len; i++) {
+		char next[32];
+
+		if (f[i].next_us < 0)
+			snprintf(next, sizeof(next), "never");
+		else
+			snprintf(next, sizeof(next), "%lld", (long long)((f[i].next_us - base_us) / 1000000));
+		o += (size_t)snprintf(out + o, len - o, "%s%lld>%s:%d", i ? "|" : "",
+				      (long long)((f[i].tick_us - base_us) / 1000000), next, f[i].start);
+	}
+}
+
+static void plan_is(const char *expr, const char *policy, int64_t first_us, int64_t now_us,
+		    int64_t base_us, const char *want, const char *what)
+{
+	static struct schedule_fire f[SCHEDULE_MAX_FIRES];
+	struct cron c;
+	char err[256] = "", got[4096];
+	bool more;
+	int n;
+
+	if (cron_parse(expr, &c, err, sizeof(err)) < 0) {
+		ok(0, "%s: \"%s\" parses: %s", what, expr, err);
+		return;
+	}
+	n = schedule_plan(&c, policy, first_us, now_us, f, &more);
+	plan_str(f, n, base_us, got, sizeof(got));
+	is_str(got, want, "%s", what);
+}
+
+/* The schedule_fire calls of each policy. */
+static void test_plans(void)
+{
+	static struct schedule_fire f[SCHEDULE_MAX_FIRES];
+	int64_t T = at(2026, 1, 1, 12, 0, 0) * 1000, S = 1000000, M = 60 * S;
+	struct cron c;
+	char err[256];
+	bool more, chained = true;
+	int n;
+
+	/* On time (0.3 s late): every policy starts it. */
+	plan_is("* * * * *", "skip", T, T + 300000, T, "0>60:1", "skip: a tick due now starts");
+	plan_is("* * * * *", "one", T, T + 300000, T, "0>60:1", "one: a tick due now starts");
+	plan_is("* * * * *", "all", T, T + 300000, T, "0>60:1", "all: a tick due now starts");
+	/* Five ticks missed, now 10 s after the last. */
+	plan_is("* * * * *", "skip", T - 4 * M, T + 10 * S, T, "-240>60:0",
+		"skip: ticks more than 2 s late start nothing");
+	plan_is("* * * * *", "skip", T - 4 * M, T + 1 * S, T, "-240>0:0|0>60:1",
+		"skip: the latest tick, 1 s late, still starts");
+	plan_is("* * * * *", "one", T - 4 * M, T + 10 * S, T, "-240>0:0|0>60:1",
+		"one: only the latest missed tick starts");
+	plan_is("* * * * *", "all", T - 4 * M, T + 10 * S, T,
+		"-240>-180:1|-180>-120:1|-120>-60:1|-60>0:1|0>60:1", "all: every missed tick starts, in order");
+	/* A next_at off the grid (moved by hand) still acts first. */
+	plan_is("* * * * *", "one", T - 4 * M + 123456, T + 10 * S, T, "-239>0:0|0>60:1",
+		"one: a first tick off the grid is fired first");
+	/* A tick with no successor. */
+	plan_is("0 0 1 1 *", "one", at(2026, 1, 1, 0, 0, 0) * 1000, at(2026, 1, 1, 0, 0, 5) * 1000,
+		at(2026, 1, 1, 0, 0, 0) * 1000, "0>31536000:1", "@yearly-like: next is a year later");
+	plan_is("* * * * *", "bogus", T, T, T, "0>60:0", "an unknown policy starts nothing");
+
+	/* 180 missed: "all" starts the latest 100. */
+	if (cron_parse("* * * * *", &c, err, sizeof(err)) < 0)
+		bail("parse: %s", err);
+	n = schedule_plan(&c, "all", T - 179 * M, T + S, f, &more);
+	is_int(n, 101, "all, 180 missed: one skip call and 100 starts");
+	ok(!f[0].start && f[0].tick_us == T - 179 * M && f[0].next_us == T - 99 * M,
+	   "the skip call jumps to the 100th latest tick");
+	ok(f[1].start && f[1].tick_us == T - 99 * M && f[100].tick_us == T && f[100].next_us == T + M,
+	   "then each of the latest 100 starts, up to now's");
+	for (int i = 1; i < n; i++)
+		chained = chained && f[i].tick_us == f[i - 1].next_us;
+	ok(chained && !more, "each call's tick is the previous call's next");
+
+	/* Two days of seconds missed: the walk stops and goes on next round. */
+	if (cron_parse("* * * * * *", &c, err, sizeof(err)) < 0)
+		bail("parse: %s", err);
+	n = schedule_plan(&c, "all", T - 2 * 86400 * S, T, f, &more);
+	ok(more && n == 1 && !f[0].start && f[0].next_us == T - 2 * 86400 * S + (int64_t)SCHEDULE_MAX_WALK * S,
+	   "too many missed ticks: the schedule moves on by %d ticks, starting nothing, and stays due",
+	   SCHEDULE_MAX_WALK);
+	n = schedule_plan(&c, "one", f[0].next_us, T, f, &more);
+	ok(!more && n == 2 && f[1].start && f[1].tick_us == T, "the next round finishes the catch-up");
+
+	/* @every: ticks on multiples of the duration. */
+	plan_is("@every 2s", "all", T - 4 * S, T + 500000, T, "-4>-2:1|-2>0:1|0>2:1",
+		"@every 2s: all missed ticks");
 }
 
 int main(void)
@@ -186,5 +285,7 @@ int main(void)
 	refused("@every", "@every needs a duration");
 	refused("@every soon", "invalid duration");
 	refused("@every 500ms", "shorter than 1s");
+
+	test_plans();
 	return done_testing();
 }
