@@ -31,6 +31,7 @@ static const char sql_start[] = "select cairn.start($1::uuid, $2, $3::bigint, $4
 static const char sql_complete[] =
 	"select cairn.complete($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb, $6::jsonb)";
 static const char sql_fail[] = "select cairn.fail($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb)";
+static const char sql_register[] = "select cairn.worker_register($1, $2::text[])";
 
 enum report_kind { REPORT_NONE, REPORT_COMPLETE, REPORT_FAIL };
 
@@ -62,6 +63,7 @@ struct lease {
 	bool started, want_claim, last_full, notified, hb_inflight, claim_failing;
 	int64_t hb_sent_ms;        /* when the heartbeat in flight was sent */
 	bool draining, stopping, done_called;
+	bool registered;           /* the current connection of db holds the liveness lock */
 	char *queues_lit;          /* the queues as a text[] literal */
 };
 
@@ -480,6 +482,10 @@ static void lease_kick(struct lease *l)
 
 	if (!l->started || l->draining || l->stopping)
 		return;
+	/* Claim only on a connection that marks this worker alive: if it
+	 * dies, the store takes its leases back at once. */
+	if (!l->registered || !pgq_connected(l->db))
+		return;
 	if (l->claiming) {
 		l->want_claim = true;
 		return;
@@ -528,6 +534,33 @@ static void listen_connected(struct pgq *q, void *arg)
 {
 	/* Notifications may have been missed while disconnected. */
 	lease_kick(arg);
+}
+
+/* ---- liveness ---- */
+
+static void register_result(PGresult *res, void *arg)
+{
+	struct lease *l = arg;
+
+	if (!res)
+		return; /* lost again: the next connect registers */
+	if (!pgq_ok(res))
+		log_warn("could not register worker \"%s\": %s; its leases will only be "
+			 "taken back when they expire", l->opts.name, pgq_errmsg(res));
+	else
+		log_debug("registered worker \"%s\"", l->opts.name);
+	l->registered = true;
+	lease_kick(l);
+}
+
+/* Every (re)connect of the main connection: register before claiming. */
+static void db_connected(struct pgq *q, void *arg)
+{
+	struct lease *l = arg;
+	const char *params[2] = { l->opts.name, l->queues_lit };
+
+	l->registered = false;
+	pgq_exec(l->db, sql_register, 2, params, register_result, l);
 }
 
 /* ---- heartbeats ---- */
@@ -658,7 +691,12 @@ struct lease *lease_new(struct event_base *base, struct pgq *db, struct pgq *lis
 void lease_start(struct lease *l)
 {
 	l->started = true;
-	pgq_on_connect(l->listen_db, listen_connected, l);
+	pgq_on_connect(l->db, db_connected, l);
+	if (pgq_connected(l->db))
+		db_connected(l->db, l);
+	/* One connection for both: db_connected claims once registered. */
+	if (l->listen_db != l->db)
+		pgq_on_connect(l->listen_db, listen_connected, l);
 	pgq_listen(l->listen_db, "cairn_ready", notify_cb, l);
 	timer_add_ms(l->hb_ev, l->opts.lease_ms / 3 > 0 ? l->opts.lease_ms / 3 : 1);
 	poll_cb(-1, 0, l);
