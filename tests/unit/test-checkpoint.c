@@ -684,6 +684,19 @@ static void test_hostile(void)
 	ok(try_blob(&r, NULL) < 0 && err_has("absolute path"), "absolute path refused");
 
 	r.n = 0;
+	r_entry(&r, 1, 0, 0644, 1, "/etc/x", 6, NULL);
+	r_block(&r, 0, "!", 1);
+	r_file_end(&r, "!", 1, false);
+	r_end(&r, 1);
+	{
+		struct stat st;
+		bool before = lstat("/etc/x", &st) == 0;
+
+		ok(try_blob(&r, NULL) < 0 && err_has("entry 1 \"/etc/x\": absolute path") &&
+		   (before || lstat("/etc/x", &st) < 0), "\"/etc/x\" refused");
+	}
+
+	r.n = 0;
 	r_entry(&r, 2, 0, 0755, 0, "a//b", 4, NULL);
 	r_end(&r, 1);
 	ok(try_blob(&r, NULL) < 0 && err_has("empty path component"), "empty component refused");
