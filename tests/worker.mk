@@ -7,4 +7,5 @@ TESTS += tests/unit/test-collect \
 	tests/integration/worker-failures.test \
 	tests/integration/worker-crash.test \
 	tests/integration/worker-drain.test \
-	tests/integration/worker-liveness.test
+	tests/integration/worker-liveness.test \
+	tests/integration/worker-secrets.test

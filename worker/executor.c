@@ -7,6 +7,7 @@
 #include "collect.h"
 #include "log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -23,6 +24,7 @@
 #define EXEC_LINGER_MS 1000 /* after the step exits, wait this long for pipe EOF */
 #define EXEC_READ_CHUNK 65536
 #define EXEC_NAME_MAX 200
+#define EXEC_SECRET_MAX (1024 * 1024) /* bytes per secret file */
 
 struct stream {
 	const char *name;
@@ -40,6 +42,7 @@ struct exec_job {
 	void *arg;
 
 	char *run_dir, *dir, *workspace, *in_dir, *out_dir, *ctl;
+	char *secrets;                /* the attempt's copy of its secrets, or NULL */
 	void *proc;
 	pid_t pid;
 	int pidfd;
@@ -81,6 +84,7 @@ static int sb_spawn(const struct exec_spawn *sp, void **proc, pid_t *pid, char *
 	o.in_dir = sp->in_dir;
 	o.out_dir = sp->out_dir;
 	o.ctl_path = sp->ctl;
+	o.secrets_dir = sp->secrets_dir;
 	o.mounts = sp->mounts;
 	o.nmounts = sp->nmounts;
 	o.profile = sp->sandbox;
@@ -295,6 +299,180 @@ static int job_prepare_dirs(struct exec_job *job, const struct exec_step *step, 
 out:
 	buf_release(&done);
 	return rc;
+}
+
+/* ---- secrets ---- */
+
+int executor_check_secrets(const char *dir, char *err, size_t errlen)
+{
+	DIR *d = NULL;
+	struct dirent *de;
+	struct stat st;
+	int rc = -1;
+
+	if (stat(dir, &st) < 0) {
+		snprintf(err, errlen, "could not open secrets folder \"%s\": %s", dir, strerror(errno));
+		goto out;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "secrets folder \"%s\" is not a folder", dir);
+		goto out;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		snprintf(err, errlen, "secrets folder \"%s\" is open to group or others (mode %04o): "
+			 "make it 0700", dir, (unsigned)(st.st_mode & 07777));
+		goto out;
+	}
+	d = opendir(dir);
+	if (!d) {
+		snprintf(err, errlen, "could not read secrets folder \"%s\": %s", dir, strerror(errno));
+		goto out;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			snprintf(err, errlen, "could not inspect secret \"%s/%s\": %s", dir, de->d_name,
+				 strerror(errno));
+			goto out;
+		}
+		if (S_ISREG(st.st_mode) && (st.st_mode & (S_IRWXG | S_IRWXO))) {
+			snprintf(err, errlen, "secret \"%s/%s\" is readable or writable by group or "
+				 "others (mode %04o): make it 0600", dir, de->d_name,
+				 (unsigned)(st.st_mode & 07777));
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	if (d)
+		closedir(d);
+	return rc;
+}
+
+/* Copies secret name from the folder src (an open fd) into dst (mode
+ * 0400). On failure *reason says why the step fails. */
+static int copy_secret(int src, const char *name, const char *dst, const char **reason,
+		       char *err, size_t errlen)
+{
+	struct buf data = BUF_INIT;
+	struct stat st;
+	char chunk[8192], *path = NULL;
+	int in = -1, rc = -1;
+
+	*reason = "bad_secret";
+	in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (in < 0) {
+		if (errno == ENOENT) {
+			*reason = "missing_secret";
+			snprintf(err, errlen, "secret \"%s\" does not exist", name);
+		} else {
+			snprintf(err, errlen, "could not open secret \"%s\": %s", name, strerror(errno));
+		}
+		goto out;
+	}
+	if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "secret \"%s\" is not a regular file", name);
+		goto out;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		snprintf(err, errlen, "secret \"%s\" is readable or writable by group or others "
+			 "(mode %04o): refusing it", name, (unsigned)(st.st_mode & 07777));
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = read(in, chunk, sizeof(chunk));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(err, errlen, "could not read secret \"%s\": %s", name, strerror(errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		if (data.len + (size_t)n > EXEC_SECRET_MAX) {
+			snprintf(err, errlen, "secret \"%s\" is larger than %d bytes", name, EXEC_SECRET_MAX);
+			goto out;
+		}
+		buf_add(&data, chunk, (size_t)n);
+	}
+	path = path_join(dst, name);
+	*reason = "prepare";
+	if (write_text(path, data.data ? data.data : "", data.len, err, errlen) < 0)
+		goto out;
+	if (chmod(path, 0400) < 0) {
+		snprintf(err, errlen, "could not protect \"%s\": %s", path, strerror(errno));
+		goto out;
+	}
+	rc = 0;
+out:
+	if (data.data)
+		explicit_bzero(data.data, data.len);
+	explicit_bzero(chunk, sizeof(chunk));
+	buf_release(&data);
+	free(path);
+	if (in >= 0)
+		close(in);
+	return rc;
+}
+
+/* Fills a fresh DIR/secrets with the secrets the step names. */
+static int job_prepare_secrets(struct exec_job *job, const json_t *names, const char **reason,
+			       bool *retryable, char *err, size_t errlen)
+{
+	const char *src_dir = job->ex->opts.secrets_dir;
+	size_t i;
+	json_t *v;
+	int src = -1, rc = -1;
+
+	*reason = "bad_spec";
+	*retryable = false;
+	json_array_foreach(names, i, v) {
+		if (!safe_name(json_string_value(v))) {
+			snprintf(err, errlen, "secret name \"%.100s\" is not a plain file name",
+				 json_is_string(v) ? json_string_value(v) : "(not a string)");
+			goto out;
+		}
+	}
+	if (!src_dir) {
+		*reason = "missing_secret";
+		snprintf(err, errlen, "secret \"%s\" does not exist: this worker has no secrets folder",
+			 json_string_value(json_array_get(names, 0)));
+		goto out;
+	}
+	*reason = "prepare";
+	*retryable = true;
+	job->secrets = path_join(job->dir, "secrets");
+	if (fresh_dir(job->secrets, err, errlen))
+		goto out;
+	src = open(src_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (src < 0) {
+		snprintf(err, errlen, "could not open secrets folder \"%s\": %s", src_dir, strerror(errno));
+		goto out;
+	}
+	json_array_foreach(names, i, v) {
+		if (copy_secret(src, json_string_value(v), job->secrets, reason, err, errlen) < 0) {
+			*retryable = !strcmp(*reason, "prepare");
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	if (src >= 0)
+		close(src);
+	return rc;
+}
+
+/* Removes the attempt's copy of its secrets. */
+static void job_drop_secrets(struct exec_job *job)
+{
+	if (!job->secrets)
+		return;
+	if (executor_rmtree(job->secrets) < 0)
+		log_warn("could not remove \"%s\": %s", job->secrets, strerror(errno));
+	free(job->secrets);
+	job->secrets = NULL;
 }
 
 /* ---- environment and argv ---- */
@@ -542,6 +720,7 @@ static void job_free(struct exec_job *job)
 		close(job->pidfd);
 	if (job->proc)
 		ex->backend->release(job->proc);
+	job_drop_secrets(job);
 	json_decref(job->permanent);
 	free(job->run_dir);
 	free(job->dir);
@@ -647,6 +826,7 @@ static void job_finish(struct exec_job *job)
 	json_decref(res.output);
 	json_decref(res.effects);
 	json_decref(res.logs);
+	job_drop_secrets(job);
 	if (executor_rmtree(job->in_dir) < 0 || executor_rmtree(job->out_dir) < 0)
 		log_warn("could not clean \"%s\": %s", job->dir, strerror(errno));
 	if (res.success) {
@@ -701,7 +881,7 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	struct exec_spawn sp;
 	char **argv = NULL, **envp = NULL;
 	int out_w = -1, err_w = -1;
-	json_t *timeout;
+	json_t *timeout, *secrets;
 	bool ok = false;
 
 	job->ex = ex;
@@ -737,6 +917,12 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	*fail_retryable = true;
 	if (job_prepare_dirs(job, step, err, errlen))
 		goto out;
+	secrets = json_object_get(step->spec, "secrets");
+	if (json_array_size(secrets) &&
+	    job_prepare_secrets(job, secrets, fail_reason, fail_retryable, err, errlen))
+		goto out;
+	*fail_reason = "prepare";
+	*fail_retryable = true;
 	envp = job_envp(job, step);
 	if (stream_open(job, &job->out, "stdout", &out_w, err, errlen) ||
 	    stream_open(job, &job->err, "stderr", &err_w, err, errlen))
@@ -749,6 +935,7 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	sp.in_dir = job->in_dir;
 	sp.out_dir = job->out_dir;
 	sp.ctl = job->ctl;
+	sp.secrets_dir = job->secrets;
 	sp.stdout_fd = out_w;
 	sp.stderr_fd = err_w;
 	sp.sandbox = json_object_get(step->spec, "sandbox");

@@ -12,6 +12,12 @@
  * step, one per line). The sandbox mounts them at /workspace, /cairn/in,
  * /cairn/out and /cairn/ctl.
  *
+ * A step whose spec names "secrets" gets a copy of just those files of the
+ * operator's secrets folder in a fresh per-attempt folder (0700, files
+ * 0400), bound read-only at /cairn/secrets and removed after the attempt;
+ * a name with no file fails the step (reason "missing_secret"). Secret
+ * values are never logged.
+ *
  * The step's environment is exactly: its declared "env" (names starting
  * with CAIRN_ are ignored), then PATH=/usr/local/bin:/usr/bin:/bin and
  * HOME=/workspace unless it declares them, then CAIRN_WORKSPACE, CAIRN_IN,
@@ -48,6 +54,9 @@ struct exec_spawn {
 	/* Operator bind mounts. */
 	const struct sandbox_mount *mounts;
 	size_t nmounts;
+	/* Host folder of the attempt's secrets (bound read-only at
+	 * /cairn/secrets), or NULL when the step names none. */
+	const char *secrets_dir;
 };
 
 /* How the step's main process ended, as the backend sees it. */
@@ -90,6 +99,7 @@ struct executor_opts {
 	size_t log_max;                /* cap per stream, bytes */
 	size_t doc_max;                /* cap of output.json / effects.jsonl */
 	int64_t kill_grace_ms;         /* SIGTERM → SIGKILL on timeout */
+	const char *secrets_dir;       /* borrowed; NULL = steps may name no secret */
 };
 
 /* One attempt, as claimed. Borrowed for the call to executor_start. */
@@ -105,7 +115,8 @@ struct exec_step {
 struct exec_result {
 	bool success;
 	/* On failure: reason ("exit", "signal", "timeout", "bad_output",
-	 * "bad_effects", "spawn", "bad_spec", "prepare", a sandbox reason such
+	 * "bad_effects", "spawn", "bad_spec", "prepare", "missing_secret",
+	 * "bad_secret", a sandbox reason such
 	 * as "oom" or "seccomp", or the kill reason), a message, and whether
 	 * another attempt may help. */
 	const char *reason;
@@ -150,6 +161,11 @@ int executor_running(const struct executor *ex);
  * when it is left empty: for steps that will not run here again. Not for
  * a step with a job running. */
 void executor_forget(struct executor *ex, const char *run_id, const char *step_id);
+
+/* Checks the operator's secrets folder: a folder no one but its owner may
+ * enter, holding files no one but their owner may read. Returns 0, or -1
+ * with a message naming the offending path. */
+int executor_check_secrets(const char *dir, char *err, size_t errlen) WARN_UNUSED;
 
 /* Removes dir and everything below it without following symlinks. */
 int executor_rmtree(const char *dir) WARN_UNUSED;

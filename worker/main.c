@@ -23,7 +23,7 @@
 
 /* The worker's whole configuration: flags, CAIRN_* variables, defaults. */
 static struct {
-	char *database_url, *name, *queues, *work_dir, *log_level, *bind;
+	char *database_url, *name, *queues, *work_dir, *log_level, *bind, *secrets_dir;
 	int64_t concurrency, lease, poll, drain_timeout, log_max;
 } conf;
 
@@ -48,6 +48,9 @@ static const struct config_opt opts[] = {
 	  .help = "folder for per-step folders (default $TMPDIR/cairn-worker-PID, removed at exit)" },
 	{ .name = "bind", .type = CONFIG_STRING, .dst = &conf.bind, .metavar = "SRC:DST[:ro],...",
 	  .help = "host folders every step sees, read-write unless :ro" },
+	{ .name = "secrets-dir", .type = CONFIG_STRING, .dst = &conf.secrets_dir, .metavar = "DIR",
+	  .help = "folder of secret files (0700, files 0600), named by secret; a step gets "
+		  "only those it names, at /cairn/secrets" },
 	{ .name = "log-max", .type = CONFIG_SIZE, .dst = &conf.log_max, .def = "1M",
 	  .min = 1024, .max = 64 << 20, .help = "stdout and stderr kept per step and stream" },
 	{ .name = "log-level", .type = CONFIG_STRING, .dst = &conf.log_level, .def = "info",
@@ -163,6 +166,12 @@ int main(int argc, char **argv)
 	/* Steps only ever run sandboxed: a host that cannot is an error. */
 	if (sandbox_check_host(err, sizeof(err)) < 0)
 		die("this host cannot run sandboxed steps: %s", err);
+	if (conf.secrets_dir && *conf.secrets_dir &&
+	    executor_check_secrets(conf.secrets_dir, err, sizeof(err)) < 0) {
+		fprintf(stderr, "cairn-worker: %s\n", err);
+		config_release(opts);
+		return 2;
+	}
 	signal(SIGPIPE, SIG_IGN);
 	srandom((unsigned)(getpid() ^ mono_us()));
 
@@ -201,6 +210,7 @@ int main(int argc, char **argv)
 	eo.kill_grace_ms = 2000;
 	eo.mounts = mounts;
 	eo.nmounts = (size_t)nmounts;
+	eo.secrets_dir = conf.secrets_dir && *conf.secrets_dir ? conf.secrets_dir : NULL;
 	ex = executor_new(w.base, &eo);
 
 	memset(&lo, 0, sizeof(lo));
