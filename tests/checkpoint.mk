@@ -13,3 +13,10 @@ tools_bench_checkpoint_LDADD = $(WORKER_LIBS) $(CAIRN_LIBS)
 
 # libFuzzer harness, built by hand (see the file's first comment).
 EXTRA_DIST += tests/fuzz/fuzz-checkpoint.c
+
+# Through the store: a TAP program driven by an integration test.
+check_PROGRAMS += tests/unit/checkpoint-store
+tests_unit_checkpoint_store_SOURCES = tests/unit/checkpoint-store.c
+tests_unit_checkpoint_store_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker
+tests_unit_checkpoint_store_LDADD = $(TAP_LIBS) $(WORKER_LIBS) $(CAIRN_LIBS)
+TESTS += tests/integration/checkpoint-store.test
