@@ -1268,7 +1268,7 @@ static void h_put_schedule(struct http_req *r, void *arg)
 		"from old, d where d.def is not null";
 	static const char *const known[] = { "name", "cron", "definition", "workflow", "version",
 					     "input", "catch_up", NULL };
-	json_t *body = http_body(r), *details = NULL, *v, *def;
+	json_t *body = http_body(r), *details = NULL, *reply = NULL, *v, *def;
 	const char *k, *name, *expr, *catch_up, *wf;
 	char *def_s = NULL, *input_s = NULL, path[MAX_NAME_LEN + 8], err[256], next_iso[40];
 	char next_s[24], version_s[24];
@@ -1327,14 +1327,11 @@ static void h_put_schedule(struct http_req *r, void *arg)
 	snprintf(next_s, sizeof(next_s), "%" PRId64, next * 1000);
 	snprintf(version_s, sizeof(version_s), "%" PRId64, version);
 	iso_time(next, next_iso, sizeof(next_iso));
+	/* The reply, but for "created", which only the store knows. */
+	reply = json_pack("{s:s, s:s, s:s, s:s}", "name", name, "cron", expr, "catch_up", catch_up,
+			  "next_at", next_iso);
 	c = call_new(arg, r);
-	{
-		json_t *reply = json_pack("{s:s, s:s, s:s, s:s}", "name", name, "cron", expr,
-					  "catch_up", catch_up, "next_at", next_iso);
-
-		c->s2 = json_dumps(reply, JSON_COMPACT);
-		json_decref(reply);
-	}
+	c->s2 = json_dumps(reply, JSON_COMPACT);
 	if (!submit_query(arg, r, sql, 8,
 			  (const char *[]){ name, expr, def_s, wf, version > 0 ? version_s : NULL,
 					    input_s, catch_up, next_s },
@@ -1342,6 +1339,7 @@ static void h_put_schedule(struct http_req *r, void *arg)
 		call_free(c);
 out:
 	json_decref(details);
+	json_decref(reply);
 	free(def_s);
 	free(input_s);
 }
