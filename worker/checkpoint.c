@@ -251,6 +251,7 @@ void checkpoint_options_init(struct checkpoint_options *o)
 	o->max_total_size = (uint64_t)16 << 30;
 	o->max_entries = 1000000;
 	o->max_path = 4095;
+	o->max_blob_size = (uint64_t)1000 << 20;
 }
 
 static void options_resolve(const struct checkpoint_options *in, struct checkpoint_options *o)
@@ -270,6 +271,12 @@ static void options_resolve(const struct checkpoint_options *in, struct checkpoi
 		o->acceleration = 1;
 	if (!o->max_path || o->max_path > 65535)
 		o->max_path = 4095;
+	if (!o->max_blob_size)
+		o->max_blob_size = (uint64_t)1000 << 20;
+	if (!o->max_total_size)
+		o->max_total_size = (uint64_t)16 << 30;
+	if (!o->max_entries)
+		o->max_entries = 1000000;
 }
 
 static void entry_release(struct checkpoint_entry *e)
@@ -772,12 +779,19 @@ struct capture {
 	size_t errlen;
 };
 
-static void cap_take_output(struct capture *cp, struct chunk *c)
+/* Appends a compressed chunk to the blob, within max_blob_size. */
+static int cap_take_output(struct capture *cp, struct chunk *c)
 {
+	cp->spare[cp->nspare++] = c;
+	if (cp->blob.len + c->outlen > cp->opt.max_blob_size) {
+		seterr(cp->err, cp->errlen, "the checkpoint would be larger than %llu bytes",
+		       (unsigned long long)cp->opt.max_blob_size);
+		return -1;
+	}
 	buf_add(&cp->blob, c->out, c->outlen);
 	cp->raw_size += c->rawlen;
 	cp->nframes++;
-	cp->spare[cp->nspare++] = c;
+	return 0;
 }
 
 /* Hands the filled chunk to the compressors; collects finished ones. */
@@ -798,7 +812,8 @@ static int cap_flush(struct capture *cp)
 			cp->spare[cp->nspare++] = d;
 			return -1;
 		}
-		cap_take_output(cp, d);
+		if (cap_take_output(cp, d) < 0)
+			return -1;
 	}
 	return 0;
 }
@@ -816,8 +831,8 @@ static int cap_drain(struct capture *cp)
 		}
 		if (d->rc || rc)
 			cp->spare[cp->nspare++] = d;
-		else
-			cap_take_output(cp, d);
+		else if (cap_take_output(cp, d) < 0)
+			rc = -1;
 	}
 	return rc;
 }

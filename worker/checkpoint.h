@@ -63,8 +63,11 @@ struct checkpoint_options {
 	uint64_t max_total_size;	/* sum of file sizes (default 16 GiB) */
 	uint64_t max_entries;		/* default 1,000,000 */
 	uint32_t max_path;		/* bytes, default 4095 */
+	uint64_t max_blob_size;		/* capture: stored bytes, default 1000 MiB
+					 * (a bytea value holds at most 1 GiB) */
 };
 
+/* Fills in the defaults; a zero cap also means its default. */
 void checkpoint_options_init(struct checkpoint_options *o);
 
 /* What a capture produced. Release with checkpoint_result_release. */

@@ -517,6 +517,17 @@ static void test_round_trips(void)
 		free(txt);
 	}
 
+	/* a capture stays within the blob size cap */
+	{
+		struct checkpoint_result big;
+		struct checkpoint_options small;
+
+		checkpoint_options_init(&small);
+		small.max_blob_size = 4096;
+		ok(checkpoint_capture(P("w"), NULL, &small, &big, err, sizeof(err)) < 0 &&
+		   err_has("larger than 4096 bytes") && !big.blob, "capture refuses to exceed max_blob_size");
+	}
+
 	/* single-threaded blobs are restorable by the threaded reader and back */
 	{
 		struct checkpoint_result st1;
