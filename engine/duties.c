@@ -195,6 +195,8 @@ void duties_stop(struct duties *d)
 {
 	d->stopped = true;
 	event_del(d->timer);
+	if (d->webhook)
+		webhook_stop(d->webhook);
 }
 
 bool duties_busy(const struct duties *d)

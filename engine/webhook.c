@@ -37,7 +37,7 @@ struct webhook {
 	int port;
 	struct delivery_list queued, active, dead;
 	int in_flight, recording;
-	bool claiming;
+	bool claiming, stopped;
 	struct event *reaper;
 	int64_t last_warn_ms;
 	uint64_t ok, failed;
@@ -114,7 +114,7 @@ static void pump(struct webhook *w)
 {
 	struct delivery *d;
 
-	while (w->in_flight < WEBHOOK_IN_FLIGHT && (d = TAILQ_FIRST(&w->queued)) != NULL) {
+	while (!w->stopped && w->in_flight < WEBHOOK_IN_FLIGHT && (d = TAILQ_FIRST(&w->queued)) != NULL) {
 		TAILQ_REMOVE(&w->queued, d, link);
 		start(w, d);
 	}
@@ -242,7 +242,8 @@ static void claim_done(PGresult *res, void *arg)
 		warn_limited(w, "could not claim webhook deliveries", pgq_errmsg(res));
 		return;
 	}
-	n = PQntuples(res);
+	/* Claimed while stopping: left to expire and be claimed again. */
+	n = w->stopped ? 0 : PQntuples(res);
 	for (int i = 0; i < n; i++) {
 		struct delivery *d = xcalloc(1, sizeof(*d));
 
@@ -269,12 +270,23 @@ void webhook_poll(struct webhook *w)
 	TAILQ_FOREACH(d, &w->queued, link)
 		held++;
 	/* Queued deliveries wait at most one timeout: well inside the lease. */
-	if (w->claiming || held >= WEBHOOK_IN_FLIGHT || !pgq_connected(w->q))
+	if (w->stopped || w->claiming || held >= WEBHOOK_IN_FLIGHT || !pgq_connected(w->q))
 		return;
 	snprintf(max, sizeof(max), "%d", WEBHOOK_CLAIM - held);
 	snprintf(lease, sizeof(lease), "%d", WEBHOOK_LEASE_MS);
 	w->claiming = true;
 	pgq_exec(w->q, sql, 2, (const char *[]){ max, lease }, claim_done, w);
+}
+
+void webhook_stop(struct webhook *w)
+{
+	struct delivery *d;
+
+	w->stopped = true;
+	while ((d = TAILQ_FIRST(&w->queued)) != NULL) {
+		TAILQ_REMOVE(&w->queued, d, link);
+		delivery_free(d);
+	}
 }
 
 bool webhook_busy(const struct webhook *w)

@@ -31,6 +31,9 @@ struct webhook *webhook_new(struct event_base *base, struct pgq *q, const char *
 			    const char *secret, char *err, size_t errlen);
 /* Claims due deliveries when there is room for more; call it often. */
 void webhook_poll(struct webhook *w);
+/* Claims nothing more and drops the deliveries not yet sent (their
+ * leases expire and they are claimed again); those in flight finish. */
+void webhook_stop(struct webhook *w);
 /* True while deliveries are queued, in flight or being recorded. */
 bool webhook_busy(const struct webhook *w);
 /* Appends the delivery counters in Prometheus text format. */
