@@ -8,4 +8,5 @@ TESTS += tests/unit/test-collect \
 	tests/integration/worker-crash.test \
 	tests/integration/worker-drain.test \
 	tests/integration/worker-liveness.test \
-	tests/integration/worker-secrets.test
+	tests/integration/worker-secrets.test \
+	tests/integration/worker-limits.test

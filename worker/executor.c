@@ -51,6 +51,9 @@ struct exec_job {
 	struct line_tail tail;
 
 	json_t *permanent;            /* spec.retry.permanent_exit_codes */
+	size_t cap;                   /* bytes kept per stream */
+	bool cap_kills;               /* kill the step when a stream passes the cap */
+	bool capped;
 	int64_t timeout_ms;
 	int64_t started_wall, started_mono, ended_mono;
 	int wstatus;
@@ -72,10 +75,19 @@ static void job_check_done(struct exec_job *job);
 
 /* ---- the sandbox backend ---- */
 
+/* A sandbox and the egress proxy it may have. */
+struct sb_proc {
+	struct sandbox_proc p;
+	struct sandbox_proxy *px;
+};
+
 static int sb_spawn(const struct exec_spawn *sp, void **proc, pid_t *pid, char *err, size_t errlen)
 {
-	struct sandbox_proc *p = xcalloc(1, sizeof(*p));
+	struct sb_proc *sb = xcalloc(1, sizeof(*sb));
+	struct sandbox_proc *p = &sb->p;
+	struct sandbox_limits lim;
 	struct sandbox_opts o;
+	int rc = -1;
 
 	memset(&o, 0, sizeof(o));
 	o.argv = sp->argv;
@@ -90,45 +102,80 @@ static int sb_spawn(const struct exec_spawn *sp, void **proc, pid_t *pid, char *
 	o.profile = sp->sandbox;
 	o.stdout_fd = sp->stdout_fd;
 	o.stderr_fd = sp->stderr_fd;
-	if (sandbox_spawn(&o, p, err, errlen) < 0) {
-		free(p);
-		return -1;
+	if (sandbox_limits_parse(sp->sandbox, &lim, err, errlen) < 0)
+		goto out;
+	/* An allow-list: the step reaches the network only through the proxy. */
+	if (lim.egress) {
+		if (!sp->base) {
+			snprintf(err, errlen, "the sandbox profile allows egress but no event loop runs a proxy");
+			goto out;
+		}
+		if (sandbox_proxy_new(sp->base, json_object_get(sp->sandbox, "network"), sp->proxy_log,
+				      sp->proxy_arg, &sb->px, err, errlen) < 0)
+			goto out;
+		o.proxy = sb->px;
 	}
-	*proc = p;
+	if (sandbox_spawn(&o, p, err, errlen) < 0)
+		goto out;
+	*proc = sb;
 	*pid = p->pid;
-	return 0;
+	rc = 0;
+out:
+	if (rc) {
+		sandbox_proxy_free(sb->px);
+		free(sb);
+	}
+	return rc;
 }
 
 static void sb_kill(void *proc, int sig)
 {
+	struct sb_proc *sb = proc;
+
 	if (sig == SIGTERM)
-		sandbox_terminate(proc);
+		sandbox_terminate(&sb->p);
 	else
-		sandbox_kill(proc);
+		sandbox_kill(&sb->p);
+}
+
+static void sb_note(void *proc, bool timed_out, bool output_capped)
+{
+	struct sb_proc *sb = proc;
+
+	sb->p.timed_out |= timed_out;
+	sb->p.output_capped |= output_capped;
 }
 
 static int sb_reap(void *proc, int *wstatus)
 {
-	return sandbox_reap(proc, wstatus);
+	struct sb_proc *sb = proc;
+
+	return sandbox_reap(&sb->p, wstatus);
 }
 
 static void sb_outcome(void *proc, int wstatus, struct exec_outcome *o)
 {
+	struct sb_proc *sb = proc;
 	struct sandbox_result r;
 
-	sandbox_outcome(proc, wstatus, &r);
+	sandbox_outcome(&sb->p, wstatus, &r);
 	o->reason = r.reason;
 	o->exit_code = r.exit_code;
 	o->signo = r.signal;
 	snprintf(o->message, sizeof(o->message), "step %s", r.message);
-	/* A refused system call will be refused again; limits may be transient. */
-	o->retryable = strcmp(r.reason, SANDBOX_REASON_SECCOMP) != 0;
+	/* A refused system call will be refused again, and the same output
+	 * overflow the cap again; other limits may be transient. */
+	o->retryable = strcmp(r.reason, SANDBOX_REASON_SECCOMP) != 0 &&
+		       strcmp(r.reason, SANDBOX_REASON_OUTPUT_CAP) != 0;
 }
 
 static void sb_release(void *proc)
 {
-	sandbox_release(proc);
-	free(proc);
+	struct sb_proc *sb = proc;
+
+	sandbox_release(&sb->p);
+	sandbox_proxy_free(sb->px);
+	free(sb);
 }
 
 const struct exec_backend exec_backend_sandbox = {
@@ -139,6 +186,7 @@ const struct exec_backend exec_backend_sandbox = {
 	.ctl_path = "/cairn/ctl",
 	.spawn = sb_spawn,
 	.kill = sb_kill,
+	.note = sb_note,
 	.reap = sb_reap,
 	.outcome = sb_outcome,
 	.release = sb_release,
@@ -578,7 +626,7 @@ static void stream_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct exec_job *job = arg;
 	struct stream *s = fd == job->out.fd ? &job->out : &job->err;
 	char chunk[EXEC_READ_CHUNK];
-	size_t cap = job->ex->opts.log_max;
+	size_t cap = job->cap;
 
 	for (int round = 0; round < 8; round++) {
 		ssize_t n = read(fd, chunk, sizeof(chunk));
@@ -605,6 +653,29 @@ static void stream_read_cb(evutil_socket_t fd, short what, void *arg)
 		} else {
 			s->dropped += (size_t)n;
 		}
+		if (s->dropped && job->cap_kills && !job->capped && !job->exited && job->proc) {
+			job->capped = true;
+			log_info("step \"%s\" of run %s wrote more than %zu bytes to %s, stopping it",
+				 strrchr(job->dir, '/') + 1, strrchr(job->run_dir, '/') + 1, cap, s->name);
+			if (job->ex->backend->note)
+				job->ex->backend->note(job->proc, false, true);
+			job->ex->backend->kill(job->proc, SIGKILL);
+		}
+	}
+}
+
+/* One decision of the step's egress proxy: a line of its stderr log. */
+static void proxy_log_cb(void *arg, const char *line)
+{
+	struct exec_job *job = arg;
+	struct stream *s = &job->err;
+	size_t len = strlen(line);
+
+	if (s->data.len + len + 1 <= job->cap) {
+		buf_add(&s->data, line, len);
+		buf_add(&s->data, "\n", 1);
+	} else {
+		s->dropped += len + 1;
 	}
 }
 
@@ -667,6 +738,8 @@ static void timeout_cb(evutil_socket_t fd, short what, void *arg)
 	log_info("step \"%s\" of run %s timed out after %lld ms, stopping it",
 		 strrchr(job->dir, '/') + 1, strrchr(job->run_dir, '/') + 1, (long long)job->timeout_ms);
 	job->timed_out = true;
+	if (job->ex->backend->note)
+		job->ex->backend->note(job->proc, true, false);
 	job->ex->backend->kill(job->proc, SIGTERM);
 	evtimer_add(job->grace_ev, &tv);
 }
@@ -777,9 +850,9 @@ static void job_finish(struct exec_job *job)
 	res.duration_ms = job->ended_mono - job->started_mono;
 	res.logs = json_array();
 	if (job->out.data.len || job->out.dropped)
-		json_array_append_new(res.logs, stream_log(&job->out, ex->opts.log_max));
+		json_array_append_new(res.logs, stream_log(&job->out, job->cap));
 	if (job->err.data.len || job->err.dropped)
-		json_array_append_new(res.logs, stream_log(&job->err, ex->opts.log_max));
+		json_array_append_new(res.logs, stream_log(&job->err, job->cap));
 	memset(&oc, 0, sizeof(oc));
 	ex->backend->outcome(job->proc, job->wstatus, &oc);
 	code = oc.exit_code;
@@ -788,19 +861,29 @@ static void job_finish(struct exec_job *job)
 	res.signo = signo;
 	last = line_tail_finish(&job->tail);
 
+	/* A stop the worker decided first; then what the backend knows best
+	 * (memory, process limit, refused system call, output cap: a fork
+	 * bomb that also ran into the timeout is a "pids" failure); then the
+	 * executor's own timeout; then the step's exit. */
 	if (job->kill_reason) {
 		res.reason = job->kill_reason;
 		res.retryable = job->kill_retryable;
 		snprintf(res.message, sizeof(res.message), "step stopped: %s", job->kill_reason);
+	} else if (strcmp(oc.reason, "exit") && strcmp(oc.reason, "signal") &&
+		   strcmp(oc.reason, "timeout")) {
+		res.reason = oc.reason;
+		res.retryable = oc.retryable;
+		snprintf(res.message, sizeof(res.message), "%s", oc.message);
 	} else if (job->timed_out) {
 		res.reason = "timeout";
 		res.retryable = true;
 		snprintf(res.message, sizeof(res.message), "step timed out after %lld ms",
 			 (long long)job->timeout_ms);
-	} else if (strcmp(oc.reason, "exit") && strcmp(oc.reason, "signal")) {
-		res.reason = oc.reason;
-		res.retryable = oc.retryable;
-		snprintf(res.message, sizeof(res.message), "%s", oc.message);
+	} else if (job->capped) {
+		res.reason = "output_cap";
+		res.retryable = false;
+		snprintf(res.message, sizeof(res.message), "step output exceeded the cap (%zu bytes)",
+			 job->cap);
 	} else if (code == 0) {
 		if (collect_output(job->out_dir, last, ex->opts.doc_max, &res.output, err, sizeof(err))) {
 			res.reason = "bad_output";
@@ -882,6 +965,7 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	char **argv = NULL, **envp = NULL;
 	int out_w = -1, err_w = -1;
 	json_t *timeout, *secrets;
+	struct sandbox_limits lim;
 	bool ok = false;
 
 	job->ex = ex;
@@ -912,6 +996,12 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 						     "permanent_exit_codes"));
 	timeout = json_object_get(step->spec, "timeout_ms");
 	job->timeout_ms = json_is_integer(timeout) ? json_integer_value(timeout) : 0;
+	if (sandbox_limits_parse(json_object_get(step->spec, "sandbox"), &lim, err, errlen) < 0)
+		goto out;
+	job->cap = ex->opts.log_max;
+	if (lim.output_max > 0 && (uint64_t)lim.output_max < job->cap)
+		job->cap = (size_t)lim.output_max;
+	job->cap_kills = lim.output_kill;
 
 	*fail_reason = "prepare";
 	*fail_retryable = true;
@@ -941,6 +1031,9 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	sp.sandbox = json_object_get(step->spec, "sandbox");
 	sp.mounts = ex->opts.mounts;
 	sp.nmounts = ex->opts.nmounts;
+	sp.base = ex->base;
+	sp.proxy_log = proxy_log_cb;
+	sp.proxy_arg = job;
 	*fail_reason = "spawn";
 	job->started_wall = wall_ms();
 	job->started_mono = mono_ms();

@@ -57,6 +57,11 @@ struct exec_spawn {
 	/* Host folder of the attempt's secrets (bound read-only at
 	 * /cairn/secrets), or NULL when the step names none. */
 	const char *secrets_dir;
+	/* The loop an egress proxy runs on, and where its decisions go (one
+	 * line each, for the step's stderr log). */
+	struct event_base *base;
+	void (*proxy_log)(void *arg, const char *line);
+	void *proxy_arg;
 };
 
 /* How the step's main process ended, as the backend sees it. */
@@ -79,6 +84,9 @@ struct exec_backend {
 		     char *err, size_t errlen);
 	/* SIGTERM asks the step to stop; SIGKILL kills every process of it. */
 	void (*kill)(void *proc, int sig);
+	/* Tells the backend why the executor is about to stop the step, so
+	 * that outcome can say so: the timeout, or the output cap. */
+	void (*note)(void *proc, bool timed_out, bool output_capped);
 	/* Reaps the main process without blocking: 1 and *wstatus when it has
 	 * exited, 0 while it runs, -1 on error. */
 	int (*reap)(void *proc, int *wstatus);
@@ -99,6 +107,9 @@ struct executor_opts {
 	size_t log_max;                /* cap per stream, bytes */
 	size_t doc_max;                /* cap of output.json / effects.jsonl */
 	int64_t kill_grace_ms;         /* SIGTERM → SIGKILL on timeout */
+	/* log_max applies unless the step's sandbox profile sets a smaller
+	 * "output"; the step is killed at the cap (reason "output_cap")
+	 * unless its "on_output_cap" is "truncate". */
 	const char *secrets_dir;       /* borrowed; NULL = steps may name no secret */
 };
 
