@@ -5,8 +5,8 @@ tests_unit_test_checkpoint_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker
 tests_unit_test_checkpoint_LDADD = $(TAP_LIBS) $(WORKER_LIBS) $(CAIRN_LIBS)
 TESTS += tests/unit/test-checkpoint
 
-# The checkpoint benchmark (not a test): built by `make check`, run by hand.
-check_PROGRAMS += tools/bench-checkpoint
+# The checkpoint benchmark (not a test): run by tools/bench checkpoint.
+noinst_PROGRAMS += tools/bench-checkpoint
 tools_bench_checkpoint_SOURCES = tools/bench-checkpoint.c
 tools_bench_checkpoint_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker
 tools_bench_checkpoint_LDADD = $(WORKER_LIBS) $(CAIRN_LIBS)
