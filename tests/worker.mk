@@ -9,4 +9,5 @@ TESTS += tests/unit/test-collect \
 	tests/integration/worker-drain.test \
 	tests/integration/worker-liveness.test \
 	tests/integration/worker-secrets.test \
-	tests/integration/worker-limits.test
+	tests/integration/worker-limits.test \
+	tests/integration/worker-agent.test

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "pgq.h"
 #include "util.h"
+#include "workflow.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@ static const char sql_complete[] =
 	"select cairn.complete($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb, $6::jsonb)";
 static const char sql_fail[] = "select cairn.fail($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb)";
 static const char sql_register[] = "select cairn.worker_register($1, $2::text[])";
+static const char sql_run_defaults[] = "select cairn.run_defaults($1::uuid)";
 
 enum report_kind { REPORT_NONE, REPORT_COMPLETE, REPORT_FAIL };
 
@@ -48,6 +50,8 @@ struct job {
 	enum report_kind report;
 	char *params[6];           /* the report's parameters, kept for retries */
 	int nparams, tries;
+	json_t *add_steps;         /* output's cairn.add_steps, until normalized */
+	bool adds;                 /* the success report carries info.add_steps */
 	int64_t renewed_ms;        /* last time the store extended the lease (monotonic) */
 };
 
@@ -123,6 +127,7 @@ static void job_unref(struct job *job)
 		event_free(job->retry_ev);
 	for (int i = 0; i < job->nparams; i++)
 		free(job->params[i]);
+	json_decref(job->add_steps);
 	free(job->run_id);
 	free(job->step_id);
 	free(job);
@@ -237,6 +242,25 @@ static bool step_will_retry(const char *reply)
 	return again;
 }
 
+/* Turns a success report not yet recorded into a failure report, with
+ * the same info (logs, timing). */
+static void job_complete_to_fail(struct job *job, const char *reason, const char *message,
+				 bool retryable)
+{
+	json_t *err = json_pack("{s:s, s:s, s:b}", "reason", reason, "message", message,
+				"retryable", retryable);
+
+	free(job->params[3]);
+	free(job->params[4]);
+	job->params[3] = dump(err);
+	job->params[4] = job->params[5];
+	job->params[5] = NULL;
+	job->nparams = 5;
+	job->report = REPORT_FAIL;
+	job->adds = false;
+	json_decref(err);
+}
+
 static void report_result(PGresult *res, void *arg)
 {
 	struct job *job = arg;
@@ -269,22 +293,25 @@ static void report_result(PGresult *res, void *arg)
 		log_warn("the %s of step \"%s\" of run %s was refused: %s", what, job->step_id,
 			 job->run_id, pgq_errmsg(res));
 		executor_forget(l->ex, job->run_id, job->step_id);
+	} else if (job->report == REPORT_COMPLETE && job->adds &&
+		   !strcmp(pgq_sqlstate(res), CAIRN_SQLSTATE_INVALID)) {
+		/* The run as it is now refuses the added steps (ids taken,
+		 * unknown needs, max_steps): the step fails for good. */
+		log_info("step \"%s\" of run %s added steps the run refuses: %s",
+			 job->step_id, job->run_id, pgq_errmsg(res));
+		job_complete_to_fail(job, "invalid_add_steps", pgq_errmsg(res), false);
+		job_report_send(job);
+		job_unref(job);
+		return;
 	} else if (job->report == REPORT_COMPLETE) {
 		/* The store refused the result itself: fail the step with why. */
-		json_t *err = json_pack("{s:s, s:s+, s:b}", "reason", "report_error",
-					"message", "could not record the result: ", pgq_errmsg(res),
-					"retryable", 1);
+		struct buf m = BUF_INIT;
 
 		log_warn("could not report the success of step \"%s\" of run %s: %s",
 			 job->step_id, job->run_id, pgq_errmsg(res));
-		free(job->params[3]);
-		free(job->params[4]);
-		job->params[3] = dump(err);
-		job->params[4] = job->params[5];
-		job->params[5] = NULL;
-		job->nparams = 5;
-		job->report = REPORT_FAIL;
-		json_decref(err);
+		buf_addf(&m, "could not record the result: %s", pgq_errmsg(res));
+		job_complete_to_fail(job, "report_error", m.data, true);
+		buf_release(&m);
 		job_report_send(job);
 		job_unref(job);
 		return;
@@ -304,9 +331,109 @@ static void job_report_send(struct job *job)
 		 job->nparams, (const char *const *)job->params, report_result, job);
 }
 
+static void defaults_send(struct job *job);
+
 static void retry_cb(evutil_socket_t fd, short what, void *arg)
 {
-	job_report_send(arg);
+	struct job *job = arg;
+
+	if (job->add_steps)
+		defaults_send(job);
+	else
+		job_report_send(job);
+}
+
+/* ---- agent loops: steps a step adds ---- */
+
+/* Normalizes the added steps against the run's defaults and limits
+ * (reply of run_defaults) and puts them in the success report, or turns
+ * the report into a failure listing what is wrong. */
+static void job_add_steps(struct job *job, const char *reply)
+{
+	json_t *rd = reply ? json_loads(reply, 0, NULL) : NULL;
+	json_t *ctx = json_object(), *out = NULL, *errors = NULL, *info = NULL, *v;
+
+	/* No "steps": needs outside the batch are the store's to check. */
+	if ((v = json_object_get(rd, "defaults")) && !json_is_null(v))
+		json_object_set(ctx, "defaults", v);
+	if ((v = json_object_get(rd, "limits")) && !json_is_null(v))
+		json_object_set(ctx, "limits", v);
+	if (workflow_normalize_steps(ctx, job->add_steps, &out, &errors) < 0) {
+		char *list = workflow_errors_string(errors);
+		struct buf m = BUF_INIT;
+
+		buf_addf(&m, "invalid cairn.add_steps:\n%s", list ? list : "");
+		log_info("step \"%s\" of run %s added invalid steps", job->step_id, job->run_id);
+		job_complete_to_fail(job, "invalid_add_steps", m.data, false);
+		buf_release(&m);
+		free(list);
+	} else {
+		info = json_loads(job->params[5], 0, NULL);
+		if (!info)
+			abort(); /* we dumped it ourselves */
+		json_object_set(info, "add_steps", out);
+		free(job->params[5]);
+		job->params[5] = dump(info);
+		job->adds = json_array_size(out) > 0;
+		log_debug("step \"%s\" of run %s adds %zu step(s)", job->step_id, job->run_id,
+			  json_array_size(out));
+	}
+	json_decref(job->add_steps);
+	job->add_steps = NULL;
+	json_decref(info);
+	json_decref(out);
+	json_decref(errors);
+	json_decref(ctx);
+	json_decref(rd);
+}
+
+static void defaults_result(PGresult *res, void *arg)
+{
+	struct job *job = arg;
+	struct lease *l = job->l;
+
+	if (!job->prev && !job->next && l->jobs != job) {
+		job_unref(job); /* already removed */
+		return;
+	}
+	if (!res) {
+		if (++job->tries < LEASE_REPORT_TRIES) {
+			log_warn("lost the database while reading the defaults of run %s, retrying",
+				 job->run_id);
+			timer_add_ms(job->retry_ev, LEASE_REPORT_RETRY_MS);
+			job_unref(job);
+			return;
+		}
+		log_error("gave up reporting the success of step \"%s\" of run %s",
+			  job->step_id, job->run_id);
+		job_remove(job);
+		job_unref(job);
+		lease_kick(l);
+		return;
+	}
+	if (pgq_ok(res)) {
+		job_add_steps(job, PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) ?
+			      PQgetvalue(res, 0, 0) : NULL);
+	} else {
+		struct buf m = BUF_INIT;
+
+		buf_addf(&m, "could not read the run's defaults for its added steps: %s",
+			 pgq_errmsg(res));
+		json_decref(job->add_steps);
+		job->add_steps = NULL;
+		job_complete_to_fail(job, "report_error", m.data, true);
+		buf_release(&m);
+	}
+	job_report_send(job);
+	job_unref(job);
+}
+
+static void defaults_send(struct job *job)
+{
+	const char *params[1] = { job->run_id };
+
+	job->refs++;
+	pgq_exec(job->l->db, sql_run_defaults, 1, params, defaults_result, job);
 }
 
 /* The executor is done with the step: report its outcome. */
@@ -338,12 +465,21 @@ static void exec_done(struct exec_job *ej, const struct exec_result *res, void *
 	job->params[1] = xstrdup(job->step_id);
 	job->params[2] = xstrdup(job->epoch);
 	if (res->success) {
+		json_t *adds = json_object_get(json_object_get(res->output, "cairn"), "add_steps");
+
 		job->report = REPORT_COMPLETE;
 		job->params[3] = dump(res->output);
 		job->params[4] = dump(res->effects);
 		job->params[5] = dump(info);
 		job->nparams = 6;
 		log_debug("step \"%s\" of run %s succeeded", job->step_id, job->run_id);
+		if (adds) {
+			/* Normalized against the run's defaults before the report. */
+			job->add_steps = json_deep_copy(adds);
+			json_decref(info);
+			defaults_send(job);
+			return;
+		}
 	} else {
 		json_t *err = json_pack("{s:s, s:s, s:b}", "reason", res->reason,
 					"message", res->message, "retryable", res->retryable);
