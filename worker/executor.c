@@ -22,6 +22,7 @@
 #include <event2/event.h>
 
 #define EXEC_LINGER_MS 1000 /* after the step exits, wait this long for pipe EOF */
+#define EXEC_SETUP_TIMEOUT_MS 10000 /* from spawn to the command running */
 #define EXEC_READ_CHUNK 65536
 #define EXEC_NAME_MAX 200
 #define EXEC_SECRET_MAX (1024 * 1024) /* bytes per secret file */
@@ -46,7 +47,7 @@ struct exec_job {
 	void *proc;
 	pid_t pid;
 	int pidfd;
-	struct event *exit_ev, *timeout_ev, *grace_ev, *linger_ev;
+	struct event *exit_ev, *timeout_ev, *grace_ev, *linger_ev, *setup_ev;
 	struct stream out, err;
 	struct line_tail tail;
 
@@ -57,7 +58,7 @@ struct exec_job {
 	int64_t timeout_ms;
 	int64_t started_wall, started_mono, ended_mono;
 	int wstatus;
-	bool exited, timed_out, finished;
+	bool exited, timed_out, finished, setting_up;
 	const char *kill_reason;
 	bool kill_retryable;
 };
@@ -115,7 +116,8 @@ static int sb_spawn(const struct exec_spawn *sp, void **proc, pid_t *pid, char *
 			goto out;
 		o.proxy = sb->px;
 	}
-	if (sandbox_spawn(&o, p, err, errlen) < 0)
+	/* Returns once init exists; it builds the sandbox while the loop runs. */
+	if (sandbox_spawn_start(&o, p, err, errlen) < 0)
 		goto out;
 	*proc = sb;
 	*pid = p->pid;
@@ -136,6 +138,20 @@ static void sb_kill(void *proc, int sig)
 		sandbox_terminate(&sb->p);
 	else
 		sandbox_kill(&sb->p);
+}
+
+static int sb_setup_fd(void *proc)
+{
+	struct sb_proc *sb = proc;
+
+	return sb->p.pending ? sb->p.status_fd : -1;
+}
+
+static int sb_setup_finish(void *proc, char *err, size_t errlen)
+{
+	struct sb_proc *sb = proc;
+
+	return sandbox_spawn_finish(&sb->p, false, err, errlen);
 }
 
 static void sb_note(void *proc, bool timed_out, bool output_capped)
@@ -185,6 +201,8 @@ const struct exec_backend exec_backend_sandbox = {
 	.out_path = "/cairn/out",
 	.ctl_path = "/cairn/ctl",
 	.spawn = sb_spawn,
+	.setup_fd = sb_setup_fd,
+	.setup_finish = sb_setup_finish,
 	.kill = sb_kill,
 	.note = sb_note,
 	.reap = sb_reap,
@@ -702,7 +720,7 @@ static void job_try_reap(struct exec_job *job)
 {
 	int status = 0, r;
 
-	if (job->exited || !job->proc)
+	if (job->exited || !job->proc || job->setting_up)
 		return;
 	r = job->ex->backend->reap(job->proc, &status);
 	if (r == 1)
@@ -789,6 +807,8 @@ static void job_free(struct exec_job *job)
 		event_free(job->grace_ev);
 	if (job->linger_ev)
 		event_free(job->linger_ev);
+	if (job->setup_ev)
+		event_free(job->setup_ev);
 	if (job->pidfd >= 0)
 		close(job->pidfd);
 	if (job->proc)
@@ -955,6 +975,88 @@ static int stream_open(struct exec_job *job, struct stream *s, const char *name,
 	return 0;
 }
 
+/* The command runs: read its output, watch its exit, start its timeout. */
+static void job_run(struct exec_job *job)
+{
+	struct executor *ex = job->ex;
+
+	job->setting_up = false;
+	event_add(job->out.ev, NULL);
+	event_add(job->err.ev, NULL);
+	job->pidfd = (int)syscall(SYS_pidfd_open, job->pid, 0);
+	if (job->pidfd >= 0) {
+		job->exit_ev = event_new(ex->base, job->pidfd, EV_READ | EV_PERSIST, exit_cb, job);
+		event_add(job->exit_ev, NULL);
+	} else if (!ex->sigchld_ev) {
+		log_info("pidfd_open is not available (%s): watching SIGCHLD", strerror(errno));
+		ex->sigchld_ev = evsignal_new(ex->base, SIGCHLD, sigchld_cb, ex);
+		event_add(ex->sigchld_ev, NULL);
+	}
+	if (job->timeout_ms > 0) {
+		struct timeval tv = { job->timeout_ms / 1000, (job->timeout_ms % 1000) * 1000 };
+		evtimer_add(job->timeout_ev, &tv);
+	}
+	/* The child may have exited before the watch was set up. */
+	if (!job->exit_ev)
+		job_try_reap(job);
+}
+
+/* The set-up failed (or was killed) before the command ran: the attempt
+ * fails with reason "spawn" (or the kill's reason); nothing ran. */
+static void job_setup_failed(struct exec_job *job, const char *why)
+{
+	struct exec_result res;
+	struct timeval now = { 0, 0 };
+
+	memset(&res, 0, sizeof(res));
+	res.exit_code = -1;
+	res.started_at_ms = job->started_wall;
+	res.duration_ms = mono_ms() - job->started_mono;
+	res.logs = json_array();
+	if (job->kill_reason) {
+		res.reason = job->kill_reason;
+		res.retryable = job->kill_retryable;
+		snprintf(res.message, sizeof(res.message), "step stopped: %s", job->kill_reason);
+	} else {
+		res.reason = "spawn";
+		res.retryable = true;
+		snprintf(res.message, sizeof(res.message), "%s", why);
+	}
+	job->setting_up = false;
+	job->exited = job->finished = true;
+	job->ex->running--;
+	stream_close(&job->out);
+	stream_close(&job->err);
+	job->cb(job, &res, job->arg);
+	json_decref(res.logs);
+	job_drop_secrets(job);
+	if (executor_rmtree(job->in_dir) < 0 || executor_rmtree(job->out_dir) < 0)
+		log_warn("could not clean \"%s\": %s", job->dir, strerror(errno));
+	if (event_base_once(job->ex->base, -1, EV_TIMEOUT, reap_cb, job, &now) < 0)
+		log_warn("could not schedule the release of a finished step");
+}
+
+static void setup_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_job *job = arg;
+	struct timeval tv = { EXEC_SETUP_TIMEOUT_MS / 1000, 0 };
+	char err[320];
+	int r;
+
+	if (what & EV_TIMEOUT) {
+		job->ex->backend->kill(job->proc, SIGKILL);
+		job_setup_failed(job, "sandbox set-up timed out");
+		return;
+	}
+	r = job->ex->backend->setup_finish(job->proc, err, sizeof(err));
+	if (r > 0)
+		event_add(job->setup_ev, &tv);
+	else if (r == 0)
+		job_run(job);
+	else
+		job_setup_failed(job, err);
+}
+
 struct exec_job *executor_start(struct executor *ex, const struct exec_step *step,
 				exec_done_cb cb, void *arg,
 				const char **fail_reason, bool *fail_retryable,
@@ -966,6 +1068,7 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	int out_w = -1, err_w = -1;
 	json_t *timeout, *secrets;
 	struct sandbox_limits lim;
+	int setup_fd;
 	bool ok = false;
 
 	job->ex = ex;
@@ -1044,24 +1147,17 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	job->timeout_ev = evtimer_new(ex->base, timeout_cb, job);
 	job->grace_ev = evtimer_new(ex->base, grace_cb, job);
 	job->linger_ev = evtimer_new(ex->base, linger_cb, job);
-	event_add(job->out.ev, NULL);
-	event_add(job->err.ev, NULL);
-	job->pidfd = (int)syscall(SYS_pidfd_open, job->pid, 0);
-	if (job->pidfd >= 0) {
-		job->exit_ev = event_new(ex->base, job->pidfd, EV_READ | EV_PERSIST, exit_cb, job);
-		event_add(job->exit_ev, NULL);
-	} else if (!ex->sigchld_ev) {
-		log_info("pidfd_open is not available (%s): watching SIGCHLD", strerror(errno));
-		ex->sigchld_ev = evsignal_new(ex->base, SIGCHLD, sigchld_cb, ex);
-		event_add(ex->sigchld_ev, NULL);
+	setup_fd = ex->backend->setup_fd ? ex->backend->setup_fd(job->proc) : -1;
+	if (setup_fd >= 0) {
+		/* The set-up goes on in the child; the loop serves others. */
+		struct timeval tv = { EXEC_SETUP_TIMEOUT_MS / 1000, 0 };
+
+		job->setting_up = true;
+		job->setup_ev = event_new(ex->base, setup_fd, EV_READ, setup_cb, job);
+		event_add(job->setup_ev, &tv);
+	} else {
+		job_run(job);
 	}
-	if (job->timeout_ms > 0) {
-		struct timeval tv = { job->timeout_ms / 1000, (job->timeout_ms % 1000) * 1000 };
-		evtimer_add(job->timeout_ev, &tv);
-	}
-	/* The child may have exited before the watch was set up. */
-	if (!job->exit_ev)
-		job_try_reap(job);
 	ok = true;
 out:
 	if (out_w >= 0)

@@ -82,6 +82,13 @@ struct exec_backend {
 	 * whose exit ends the step, a child of the caller), or -1 with err. */
 	int (*spawn)(const struct exec_spawn *sp, void **proc, pid_t *pid,
 		     char *err, size_t errlen);
+	/* Optional: a spawn may return before the command runs. setup_fd
+	 * gives the fd that becomes readable when the set-up has ended (-1:
+	 * the command already runs); setup_finish then returns 0 once it
+	 * runs, 1 when not yet, -1 with err when the set-up failed (nothing
+	 * is left running). */
+	int (*setup_fd)(void *proc);
+	int (*setup_finish)(void *proc, char *err, size_t errlen);
 	/* SIGTERM asks the step to stop; SIGKILL kills every process of it. */
 	void (*kill)(void *proc, int sig);
 	/* Tells the backend why the executor is about to stop the step, so

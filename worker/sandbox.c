@@ -1208,19 +1208,44 @@ static void collect_error(int status_rd, char *err, size_t errlen)
 	snprintf(err, errlen, "sandbox set-up failed: init exited without a report");
 }
 
-int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *err, size_t errlen)
+/* Undoes a start whose set-up did not finish: kills and reaps init,
+ * closes its fds, removes its cgroup. */
+static void spawn_abort(struct sandbox_proc *p)
+{
+	if (p->pid > 0) {
+		int st;
+
+		kill(p->pid, SIGKILL);
+		while (waitpid(p->pid, &st, __WALL) < 0 && errno == EINTR)
+			;
+	}
+	p->pid = -1;
+	p->reaped = true;
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	if (p->status_fd >= 0)
+		close(p->status_fd);
+	if (p->sync_fd >= 0)
+		close(p->sync_fd);
+	p->pidfd = p->status_fd = p->sync_fd = -1;
+	p->pending = false;
+	if (p->cg) {
+		sandbox_cgroup_free(p->cg);
+		p->cg = NULL;
+	}
+}
+
+int sandbox_spawn_start(const struct sandbox_opts *o, struct sandbox_proc *p, char *err, size_t errlen)
 {
 	struct plan pl;
 	int sync[2] = { -1, -1 }, status[2] = { -1, -1 }, pidfd = -1, ret = -1, cgfd = -1;
 	struct clone_args ca;
-	struct report rep;
 	pid_t pid = -1;
 	char go = '1';
-	ssize_t n;
 
 	memset(p, 0, sizeof(*p));
 	p->pid = -1;
-	p->pidfd = p->status_fd = -1;
+	p->pidfd = p->status_fd = p->sync_fd = -1;
 	if (plan_prepare(&pl, o, err, errlen) < 0)
 		goto out;
 	p->limits = pl.lim;
@@ -1261,6 +1286,9 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 	sync[0] = -1;
 	close(status[1]);
 	status[1] = -1;
+	/* init has its own copy of its end of the proxy pair now */
+	if (pl.proxy_fd >= 0)
+		sandbox_proxy_spawned(o->proxy);
 
 	if (write_maps(pid, pl.root_mode, o, err, errlen) < 0)
 		goto out;
@@ -1270,44 +1298,15 @@ int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *er
 		collect_error(status[0], err, errlen);
 		goto out;
 	}
-
-	/* Short handshake: 'R' once the command is about to run. */
-	{
-		struct pollfd pfd = { status[0], POLLIN, 0 };
-		int rc;
-
-		do
-			rc = poll(&pfd, 1, HANDSHAKE_TIMEOUT_MS);
-		while (rc < 0 && errno == EINTR);
-		if (rc == 0) {
-			snprintf(err, errlen, "sandbox set-up timed out");
-			goto out;
-		}
-	}
-	do
-		n = read(status[0], &rep, sizeof(rep));
-	while (n < 0 && errno == EINTR);
-	if (n != sizeof(rep)) {
-		snprintf(err, errlen, "sandbox set-up failed: init exited without a report");
-		goto out;
-	}
-	if (rep.tag == 'E') {
-		rep.text[sizeof(rep.text) - 1] = '\0';
-		snprintf(err, errlen, "sandbox set-up failed: %s", rep.text);
-		goto out;
-	}
-	if (rep.tag != 'R') {
-		snprintf(err, errlen, "sandbox set-up failed: unexpected report");
-		goto out;
-	}
-	if (pl.proxy_fd >= 0)
-		sandbox_proxy_spawned(o->proxy);
 	p->pid = pid;
 	p->pidfd = pidfd;
 	p->status_fd = status[0];
+	p->sync_fd = sync[1];
+	p->pending = true;
 	pid = -1;
 	pidfd = -1;
 	status[0] = -1;
+	sync[1] = -1;
 	ret = 0;
 out:
 	if (pid > 0) {
@@ -1333,6 +1332,62 @@ out:
 		p->cg = NULL;
 	}
 	return ret;
+}
+
+int sandbox_spawn_finish(struct sandbox_proc *p, bool wait, char *err, size_t errlen)
+{
+	struct pollfd pfd = { p->status_fd, POLLIN, 0 };
+	struct report rep;
+	ssize_t n;
+	int rc;
+
+	if (!p->pending)
+		return 0;
+	/* Short handshake: 'R' once the command is about to run. */
+	do
+		rc = poll(&pfd, 1, wait ? HANDSHAKE_TIMEOUT_MS : 0);
+	while (rc < 0 && errno == EINTR);
+	if (rc == 0) {
+		if (!wait)
+			return 1;
+		snprintf(err, errlen, "sandbox set-up timed out");
+		goto fail;
+	}
+	do
+		n = read(p->status_fd, &rep, sizeof(rep));
+	while (n < 0 && errno == EINTR);
+	if (n != sizeof(rep)) {
+		snprintf(err, errlen, "sandbox set-up failed: init exited without a report");
+		goto fail;
+	}
+	if (rep.tag == 'E') {
+		rep.text[sizeof(rep.text) - 1] = '\0';
+		snprintf(err, errlen, "sandbox set-up failed: %s", rep.text);
+		goto fail;
+	}
+	if (rep.tag != 'R') {
+		snprintf(err, errlen, "sandbox set-up failed: unexpected report");
+		goto fail;
+	}
+	close(p->sync_fd);
+	p->sync_fd = -1;
+	p->pending = false;
+	return 0;
+fail:
+	spawn_abort(p);
+	return -1;
+}
+
+void sandbox_spawn_abort(struct sandbox_proc *p)
+{
+	spawn_abort(p);
+}
+
+int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p, char *err, size_t errlen)
+{
+	if (sandbox_spawn_start(o, p, err, errlen) < 0)
+		return -1;
+	return sandbox_spawn_finish(p, true, err, errlen) < 0 ? -1 : 0;
 }
 
 static int send_sig(struct sandbox_proc *p, int sig)
@@ -1474,6 +1529,10 @@ void sandbox_release(struct sandbox_proc *p)
 	if (p->status_fd >= 0)
 		close(p->status_fd);
 	p->pidfd = p->status_fd = -1;
+	if (p->pending && p->sync_fd >= 0)
+		close(p->sync_fd);
+	p->sync_fd = -1;
+	p->pending = false;
 }
 
 void sandbox_sweep(void)

@@ -84,6 +84,8 @@ struct sandbox_proc {
 	struct sandbox_cgroup *cg;  /* owned */
 	bool timed_out, output_capped;
 	bool reaped;
+	bool pending;               /* started, set-up not yet finished */
+	int sync_fd;                /* owned while pending */
 };
 
 /* Reasons an attempt ended, as they appear in events ("reason"). */
@@ -121,6 +123,21 @@ void sandbox_sweep(void);
  * duration of the call only; the caller keeps its ends of the output fds. */
 int sandbox_spawn(const struct sandbox_opts *o, struct sandbox_proc *p,
 		  char *err, size_t errlen) SANDBOX_WARN_UNUSED;
+
+/* The same in two halves, so that a caller on an event loop need not wait
+ * for the set-up inside the namespaces: sandbox_spawn_start returns once
+ * init exists (p->pid, p->pidfd set; p->pending), having done what needs
+ * the caller's process (cgroup, id maps); init then builds the sandbox on
+ * its own and reports on p->status_fd. When that fd is readable (or to
+ * wait for it, wait = true, at most 10 s), sandbox_spawn_finish returns 0
+ * once the command runs, 1 when not yet (wait = false only), or -1 with a
+ * message, init killed and reaped. Borrowing as sandbox_spawn; o->proxy
+ * must outlive the sandbox. sandbox_spawn_abort undoes a pending start. */
+int sandbox_spawn_start(const struct sandbox_opts *o, struct sandbox_proc *p,
+			char *err, size_t errlen) SANDBOX_WARN_UNUSED;
+int sandbox_spawn_finish(struct sandbox_proc *p, bool wait, char *err,
+			 size_t errlen) SANDBOX_WARN_UNUSED;
+void sandbox_spawn_abort(struct sandbox_proc *p);
 
 /* Asks the step to stop (SIGTERM to the step through init). */
 int sandbox_terminate(struct sandbox_proc *p);
