@@ -272,6 +272,9 @@ int cmd_schedule_add(struct cairn *cn, const struct cmd *self, int argc, char **
 			ret = EXIT_INVALID;
 			goto out;
 		}
+		/* A definition without a name takes the schedule's. */
+		if (!json_object_get(def, "name"))
+			json_object_set_new(def, "name", json_string(name));
 		json_object_set(body, "definition", def);
 	}
 	if (input_arg) {
