@@ -22,6 +22,7 @@
 #define LEASE_REPORT_RETRY_MS 1000
 #define LEASE_REPORT_TRIES 30
 #define LEASE_STOP_GRACE_MS 10000 /* after stop, give reports this long */
+#define LEASE_REGISTER_WARN_MS 5000 /* registration waits for the name's lock this long before a warning */
 
 static const char sql_claim[] =
 	"select run_id, step_id, attempt, lease_epoch, spec, input, needs_output, "
@@ -62,7 +63,7 @@ struct lease {
 	struct lease_opts opts;
 	struct job *jobs;
 	int njobs, executing;
-	struct event *poll_ev, *hb_ev, *drain_ev, *stop_ev;
+	struct event *poll_ev, *hb_ev, *drain_ev, *stop_ev, *register_ev;
 	int claiming;              /* rows asked for by the claim in flight, 0 if none */
 	bool started, want_claim, last_full, notified, hb_inflight, claim_failing;
 	int64_t hb_sent_ms;        /* when the heartbeat in flight was sent */
@@ -678,6 +679,7 @@ static void register_result(PGresult *res, void *arg)
 {
 	struct lease *l = arg;
 
+	event_del(l->register_ev);
 	if (!res)
 		return; /* lost again: the next connect registers */
 	if (!pgq_ok(res))
@@ -697,6 +699,17 @@ static void db_connected(struct pgq *q, void *arg)
 
 	l->registered = false;
 	pgq_exec(l->db, sql_register, 2, params, register_result, l);
+	timer_add_ms(l->register_ev, LEASE_REGISTER_WARN_MS);
+}
+
+/* The store's lock on the name is held by a session still alive. */
+static void register_slow_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lease *l = arg;
+
+	log_warn("worker \"%s\" is still waiting to register: another live session holds "
+		 "this name (is a worker with the same --name running?); no step is claimed "
+		 "until it ends", l->opts.name);
 }
 
 /* ---- heartbeats ---- */
@@ -821,6 +834,7 @@ struct lease *lease_new(struct event_base *base, struct pgq *db, struct pgq *lis
 	l->hb_ev = evtimer_new(base, hb_cb, l);
 	l->drain_ev = evtimer_new(base, drain_timeout_cb, l);
 	l->stop_ev = evtimer_new(base, stop_deadline_cb, l);
+	l->register_ev = evtimer_new(base, register_slow_cb, l);
 	return l;
 }
 
@@ -883,6 +897,7 @@ void lease_free(struct lease *l)
 	event_free(l->hb_ev);
 	event_free(l->drain_ev);
 	event_free(l->stop_ev);
+	event_free(l->register_ev);
 	free(l->queues_lit);
 	free(l);
 }

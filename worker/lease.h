@@ -1,6 +1,8 @@
-/* lease: the worker's side of the store. Claims ready steps in batches,
- * starts them through the executor, keeps their leases alive, reports
- * their outcome, and drains on shutdown. */
+/* lease: the worker's side of the store. Registers the worker on every
+ * connect (the store takes a dead worker's leases back at once), claims
+ * ready steps in batches, starts them through the executor, keeps their
+ * leases alive, reports their outcome (with the steps a step adds,
+ * normalized), and drains on shutdown. */
 #ifndef CAIRN_LEASE_H
 #define CAIRN_LEASE_H
 
