@@ -107,6 +107,8 @@ ALTER TABLE cairn.steps ALTER COLUMN output SET COMPRESSION lz4;
 CREATE INDEX steps_ready ON cairn.steps (queue, priority DESC, ready_at) WHERE status = 'ready';
 CREATE INDEX steps_leases ON cairn.steps (lease_expires_at) WHERE status IN ('leased', 'running');
 CREATE INDEX steps_timers ON cairn.steps (wake_at) WHERE status = 'waiting';
+-- the steps a success may unblock: few, even in a run of thousands of steps
+CREATE INDEX steps_pending ON cairn.steps (run_id) WHERE status = 'pending';
 CREATE INDEX steps_concurrency ON cairn.steps ((spec->'concurrency'->>'key'))
 	WHERE status IN ('leased', 'running');
 
@@ -215,7 +217,8 @@ CREATE TABLE cairn.workers (
 	queues		text[] NOT NULL,
 	started_at	timestamptz NOT NULL,
 	last_seen	timestamptz NOT NULL,
-	lock_key	int
+	lock_key	int,
+	gone_since	timestamptz	-- when its session was first seen gone
 );
 
 CREATE TABLE cairn.api_tokens (

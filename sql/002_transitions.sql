@@ -127,6 +127,10 @@ BEGIN
 	VALUES (p_run, p_seq, p_type, p_step, p_attempt, p_epoch, coalesce(p_payload, '{}'), p_at);
 	PERFORM cairn._apply(p_run, p_seq, p_type, p_step, p_attempt, p_epoch,
 		coalesce(p_payload, '{}'), p_at);
+	IF p_type IN ('RunCancelled', 'RunFailed') THEN
+		-- workers running its steps stop them now, not at their next heartbeat
+		PERFORM pg_notify('cairn_stop', p_run::text);
+	END IF;
 	IF p_type IN ('ApprovalRequested', 'ApprovalGranted', 'ApprovalRejected') THEN
 		INSERT INTO cairn.webhook_deliveries (run_id, seq, event_type, step_id, payload, next_at, created_at)
 		VALUES (p_run, p_seq, p_type, p_step, coalesce(p_payload, '{}'), p_at, p_at);
@@ -700,20 +704,27 @@ BEGIN
 	INSERT INTO cairn.workers (worker_id, queues, started_at, last_seen, lock_key)
 	VALUES (p_worker, p_queues, clock_timestamp(), clock_timestamp(), v_key)
 	ON CONFLICT (worker_id) DO UPDATE SET queues = excluded.queues, last_seen = excluded.last_seen,
-		lock_key = excluded.lock_key;
+		lock_key = excluded.lock_key, gone_since = NULL;
 END $$;
 
--- Workers that registered a lock and whose session is gone.
-CREATE VIEW cairn.dead_workers AS
-SELECT w.worker_id FROM cairn.workers w
+-- Registered workers whose session lock is not held: their session ended.
+CREATE VIEW cairn.sessionless_workers AS
+SELECT w.worker_id, w.gone_since FROM cairn.workers w
  WHERE w.lock_key IS NOT NULL
    AND NOT EXISTS (SELECT 1 FROM pg_locks l
-		    WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		    WHERE l.locktype = 'advisory' AND l.granted
+		      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		      AND l.classid = cairn._worker_lock_class()::oid
 		      AND l.objid = w.lock_key::oid AND l.objsubid = 2);
 
--- reap_expired: leases whose holder stopped renewing them, and at once the
--- leases of workers whose database session ended.
+-- Workers gone for longer than the grace that lets a worker whose
+-- connection merely dropped (a database restart) register again.
+CREATE VIEW cairn.dead_workers AS
+SELECT worker_id, gone_since FROM cairn.sessionless_workers
+ WHERE gone_since <= clock_timestamp() - interval '500 ms';
+
+-- reap_expired: leases whose holder stopped renewing them, and the leases
+-- of workers whose database session ended (after a 500 ms grace).
 CREATE FUNCTION cairn.reap_expired(p_max int)
 RETURNS int LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
 DECLARE
@@ -723,6 +734,12 @@ DECLARE
 	v_dead text[];
 	n int := 0;
 BEGIN
+	-- note when a session is first seen gone, and forget it when it is back
+	UPDATE cairn.workers w SET gone_since = v_at
+	 WHERE w.gone_since IS NULL AND w.worker_id IN (SELECT worker_id FROM cairn.sessionless_workers);
+	UPDATE cairn.workers w SET gone_since = NULL
+	 WHERE w.gone_since IS NOT NULL
+	   AND w.worker_id NOT IN (SELECT worker_id FROM cairn.sessionless_workers);
 	SELECT coalesce(array_agg(worker_id), '{}') INTO v_dead FROM cairn.dead_workers;
 	FOR v IN SELECT * FROM cairn.steps s
 		  WHERE s.status IN ('leased', 'running')

@@ -117,4 +117,4 @@ GRANT SELECT ON cairn.runs, cairn.steps, cairn.events, cairn.step_logs, cairn.ap
 	cairn.approvals, cairn.effects TO cairn_engine;
 GRANT SELECT ON cairn.run_history, cairn.step_attempts, cairn.pending_approvals,
 	cairn.approval_decisions, cairn.run_timeline, cairn.committed_effects TO cairn_reader;
-GRANT SELECT ON cairn.dead_workers TO cairn_reader, cairn_engine;
+GRANT SELECT ON cairn.dead_workers, cairn.sessionless_workers TO cairn_reader, cairn_engine;

@@ -3,7 +3,7 @@
 \pset tuples_only true
 BEGIN;
 \ir setup.psql
-SELECT plan(16);
+SELECT plan(18);
 
 -- retry: a failed run goes on from its failed step, keeping what succeeded
 SELECT pg_temp.new_run(pg_temp.def(pg_temp.step('a'), pg_temp.step('b', '{a}', 1),
@@ -38,8 +38,13 @@ SELECT is(cairn.replay_check(:'child'), '[]'::jsonb, 'replay rebuilds a fork');
 SELECT cairn.worker_register('ghost', '{default}');
 SELECT pg_advisory_unlock_all();
 SELECT pg_temp.new_run(pg_temp.def(pg_temp.step('z'))) AS r3 \gset
-SELECT lease_epoch AS e FROM cairn.claim('ghost', '{default}', 1, 600000) \gset
-SELECT ok(EXISTS (SELECT 1 FROM cairn.dead_workers WHERE worker_id = 'ghost'), 'a worker without its session lock is dead');
+SELECT count(*) AS n FROM cairn.claim('ghost', '{default}', 100, 600000) \gset
+SELECT ok(EXISTS (SELECT 1 FROM cairn.sessionless_workers WHERE worker_id = 'ghost'),
+	'a worker without its session lock has no session');
+SELECT cairn.reap_expired(10);
+SELECT is(pg_temp.status(:'r3', 'z'), 'leased', 'within the grace its lease stays (its connection may come back)');
+UPDATE cairn.workers SET gone_since = clock_timestamp() - interval '1 second' WHERE worker_id = 'ghost';
+SELECT ok(EXISTS (SELECT 1 FROM cairn.dead_workers WHERE worker_id = 'ghost'), 'after the grace it is dead');
 SELECT ok(cairn.reap_expired(10) >= 1 AND pg_temp.status(:'r3', 'z') = 'ready',
 	'its lease is taken back before it expires');
 
