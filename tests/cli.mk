@@ -5,4 +5,7 @@ TESTS += \
 	tests/integration/e2e-dag.test \
 	tests/integration/e2e-approval.test \
 	tests/integration/e2e-sleep-cancel.test \
-	tests/integration/e2e-idempotency.test
+	tests/integration/e2e-idempotency.test \
+	tests/integration/e2e-agent.test \
+	tests/integration/e2e-pipeline.test \
+	tests/integration/e2e-control.test

@@ -9,9 +9,3 @@ tools_cairn_SOURCES = \
 tools_cairn_LDADD = $(CAIRN_LIBS)
 dist_noinst_SCRIPTS += tools/setup tools/quickstart tools/check
 EXTRA_DIST += .ci/run
-# End-to-end tests of agent loops, approval pipelines and run control
-# through the CLI, on real stacks.
-TESTS += \
-	tests/integration/e2e-agent.test \
-	tests/integration/e2e-pipeline.test \
-	tests/integration/e2e-control.test
