@@ -29,6 +29,7 @@
 #define CKPT_STOP_WAIT_US 200000	/* per process, until it shows as stopped */
 #define CKPT_HOLD_MAX_MS 30000		/* a requested capture holds the step this long at most */
 #define CKPT_CTL_LINE 64
+#define CKPT_CTL_LOGGED 5		/* unknown requests logged per attempt */
 
 static const char sql_chain[] =
 	"select seq, tree_hash, data from cairn.checkpoint_chain($1::uuid, $2, $3::bigint)";
@@ -68,6 +69,7 @@ struct ckpt_job {
 	int ctl_rd, ctl_wr, wake[2];
 	char ctl_line[CKPT_CTL_LINE];
 	size_t ctl_len;
+	unsigned ctl_unknown;		/* unknown requests seen (logged up to a cap) */
 
 	/* the thread's work; its fields belong to the thread while busy */
 	enum op busy;
@@ -551,7 +553,9 @@ static void ctl_cb(evutil_socket_t fd, short what, void *arg)
 	struct ckpt_job *cj = arg;
 	char buf[256];
 
-	for (;;) {
+	/* A bounded amount per pass: a step writing without end cannot hold
+	 * the loop. */
+	for (int round = 0; round < 16; round++) {
 		ssize_t n = read(fd, buf, sizeof(buf));
 
 		if (n < 0 && errno == EINTR)
@@ -567,7 +571,7 @@ static void ctl_cb(evutil_socket_t fd, short what, void *arg)
 			cj->ctl_line[cj->ctl_len] = '\0';
 			if (!strcmp(cj->ctl_line, "checkpoint")) {
 				cj->want_request = true;
-			} else if (cj->ctl_len) {
+			} else if (cj->ctl_len && cj->ctl_unknown++ < CKPT_CTL_LOGGED) {
 				log_info("step \"%s\" of run %s wrote an unknown request to its control "
 					 "fifo: \"%.40s\"", cj->step_id, cj->run_id, cj->ctl_line);
 			}
