@@ -26,7 +26,7 @@
 #define CKPT_MIN_EVERY_MS 100
 #define CKPT_FULL_EVERY 10		/* links per chain before a new full one */
 #define CKPT_MAX_PROCS 4096		/* processes stopped for a capture */
-#define CKPT_STOP_WAIT_US 200000	/* per process, until it shows as stopped */
+#define CKPT_STOP_WAIT_US 200000	/* in all, until the processes show as stopped */
 #define CKPT_HOLD_MAX_MS 30000		/* a requested capture holds the step this long at most */
 #define CKPT_CTL_LINE 64
 #define CKPT_CTL_LOGGED 5		/* unknown requests logged per attempt */
@@ -156,11 +156,11 @@ static void cj_system_log(struct ckpt_job *cj, const char *line)
 
 /* ---- stopping the step ---- */
 
-/* Waits until pid shows as stopped (or gone), for a bounded time. */
-static void wait_stopped(pid_t pid)
+/* Waits until pid shows as stopped (or gone), at most until the
+ * monotonic time until (us). */
+static void wait_stopped(pid_t pid, int64_t until)
 {
 	char path[64], buf[512], *p;
-	int64_t until = mono_us() + CKPT_STOP_WAIT_US;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	for (;;) {
@@ -233,16 +233,18 @@ static void add_children(struct ckpt_job *cj, pid_t pid, size_t *cap)
 static void cj_freeze(struct ckpt_job *cj)
 {
 	size_t cap = 16;
+	int64_t until;
 
 	if (cj->pid <= 0 || cj->nfrozen)
 		return;
 	cj->frozen_at_us = mono_us();
+	until = cj->frozen_at_us + CKPT_STOP_WAIT_US;
 	cj->frozen = xrealloc(cj->frozen, cap * sizeof(pid_t));
 	cj->frozen[cj->nfrozen++] = cj->pid;
 	for (size_t i = 0; i < cj->nfrozen; i++) {
 		if (kill(cj->frozen[i], SIGSTOP) < 0)
 			continue;
-		wait_stopped(cj->frozen[i]);
+		wait_stopped(cj->frozen[i], until);
 		add_children(cj, cj->frozen[i], &cap);
 	}
 }
