@@ -12,4 +12,5 @@ tests_unit_test_sandbox_LDADD = $(TAP_LIBS) $(WORKER_LIBS) $(CAIRN_LIBS)
 
 TESTS += tests/unit/test-sandbox \
 	tests/integration/sandbox-basic.test \
-	tests/integration/sandbox-escape.test
+	tests/integration/sandbox-escape.test \
+	tests/integration/worker-escape.test
