@@ -20,3 +20,7 @@ tests_unit_checkpoint_store_SOURCES = tests/unit/checkpoint-store.c
 tests_unit_checkpoint_store_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/worker
 tests_unit_checkpoint_store_LDADD = $(TAP_LIBS) $(WORKER_LIBS) $(CAIRN_LIBS)
 TESTS += tests/integration/checkpoint-store.test
+
+# The worker side, through the whole stack (crash.test stays under 2 minutes).
+TESTS += tests/integration/worker-checkpoint.test
+TESTS += tests/integration/crash.test

@@ -422,8 +422,10 @@ static void capture_done(struct ckpt_job *cj)
 	if (!cj->hold)
 		cj_thaw(cj);
 	if (cj->th_rc) {
-		log_warn("could not capture a checkpoint of step \"%s\" of run %s: %s",
-			 cj->step_id, cj->run_id, cj->th_err);
+		/* After a success the workspace may be gone under the capture. */
+		log_msg(cj->finishing && cj->why != WHY_FINAL ? LOG_DEBUG : LOG_WARN,
+			"could not capture a checkpoint of step \"%s\" of run %s: %s",
+			cj->step_id, cj->run_id, cj->th_err);
 		cj_idle(cj);
 		return;
 	}

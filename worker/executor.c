@@ -314,6 +314,13 @@ out:
 	return rc;
 }
 
+static bool is_fifo(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
 /* Creates RUN/STEP/{workspace,in,out} (workspace kept from earlier
  * attempts) and fills in/. */
 static int job_prepare_dirs(struct exec_job *job, const struct exec_step *step, char *err, size_t errlen)
@@ -359,7 +366,8 @@ static int job_prepare_dirs(struct exec_job *job, const struct exec_step *step, 
 		if (r)
 			goto out;
 	}
-	if (write_text(job->ctl, "", 0, err, errlen))
+	/* A fifo there is the control channel of a step with checkpoints. */
+	if (!is_fifo(job->ctl) && write_text(job->ctl, "", 0, err, errlen))
 		goto out;
 	rc = 0;
 out:
@@ -582,6 +590,9 @@ static char **job_envp(struct exec_job *job, const struct exec_step *step)
 	env_set(env, "CAIRN_ATTEMPT", attempt);
 	env_set(env, "CAIRN_IDEMPOTENCY_KEY", key_s);
 	env_set(env, "CAIRN_DONE_EFFECTS", done);
+	json_object_foreach((json_t *)step->env_extra, k, v)
+		if (!strncmp(k, "CAIRN_", 6) && json_is_string(v))
+			json_object_set(env, k, v);
 	free(done);
 	free(key_s);
 
@@ -1203,6 +1214,11 @@ void executor_forget(struct executor *ex, const char *run_id, const char *step_i
 pid_t executor_job_pid(const struct exec_job *job)
 {
 	return job->pid;
+}
+
+const char *executor_work_dir(const struct executor *ex)
+{
+	return ex->opts.work_dir;
 }
 
 int executor_running(const struct executor *ex)

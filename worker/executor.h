@@ -23,8 +23,11 @@
  * HOME=/workspace unless it declares them, then CAIRN_WORKSPACE, CAIRN_IN,
  * CAIRN_OUT, CAIRN_CTL, CAIRN_RUN_ID, CAIRN_STEP_ID, CAIRN_ATTEMPT,
  * CAIRN_IDEMPOTENCY_KEY (RUN_ID:STEP_ID, the same for every attempt) and
- * CAIRN_DONE_EFFECTS (the path of .done-effects). Nothing of the worker's
- * own environment reaches the step. Its working directory is /workspace. */
+ * CAIRN_DONE_EFFECTS (the path of .done-effects), then the step's env_extra
+ * (CAIRN_RESUMED_FROM for an attempt restored from a checkpoint). Nothing
+ * of the worker's own environment reaches the step. Its working directory
+ * is /workspace. A fifo at ctl is left as it is: a step with checkpoints
+ * has its control fifo there (worker/ckpt_job.h). */
 #ifndef CAIRN_EXECUTOR_H
 #define CAIRN_EXECUTOR_H
 
@@ -128,6 +131,7 @@ struct exec_step {
 	const json_t *input;           /* run input */
 	const json_t *needs_output;    /* {step_id: output} */
 	const json_t *done_effects;    /* array of keys already committed */
+	const json_t *env_extra;       /* more CAIRN_* variables ({name: string}), or NULL */
 };
 
 struct exec_result {
@@ -171,6 +175,9 @@ void executor_kill(struct exec_job *job, const char *reason, bool retryable);
 
 /* Pid of the job's main process (for logs and start info). */
 pid_t executor_job_pid(const struct exec_job *job);
+
+/* The folder the steps' folders live in (borrowed). */
+const char *executor_work_dir(const struct executor *ex);
 
 /* Number of jobs not yet finished. */
 int executor_running(const struct executor *ex);

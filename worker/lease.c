@@ -3,6 +3,7 @@
  * makes; it never runs a process itself (the executor does). */
 #define _GNU_SOURCE
 #include "lease.h"
+#include "ckpt_job.h"
 #include "executor.h"
 #include "log.h"
 #include "pgq.h"
@@ -54,6 +55,9 @@ struct job {
 	json_t *add_steps;         /* output's cairn.add_steps, until normalized */
 	bool adds;                 /* the success report carries info.add_steps */
 	int64_t renewed_ms;        /* last time the store extended the lease (monotonic) */
+	struct ckpt_job *ckpt;     /* the attempt's checkpoints, when its spec asks for them */
+	bool restoring;            /* ckpt_ready not yet called (it holds a reference) */
+	json_t *spec, *input, *needs, *done; /* the claimed row, until the restore is done */
 };
 
 struct lease {
@@ -129,6 +133,11 @@ static void job_unref(struct job *job)
 	for (int i = 0; i < job->nparams; i++)
 		free(job->params[i]);
 	json_decref(job->add_steps);
+	ckpt_job_free(job->ckpt);
+	json_decref(job->spec);
+	json_decref(job->input);
+	json_decref(job->needs);
+	json_decref(job->done);
 	free(job->run_id);
 	free(job->step_id);
 	free(job);
@@ -164,6 +173,14 @@ static void job_remove(struct job *job)
 		event_del(job->start_ev);
 	if (job->retry_ev)
 		event_del(job->retry_ev);
+	ckpt_job_free(job->ckpt);
+	job->ckpt = NULL;
+	if (job->restoring) {
+		/* ckpt_ready will not come: drop its reference and slot. */
+		job->restoring = false;
+		l->executing--;
+		job->refs--;
+	}
 	l->njobs--;
 	job_unref(job);
 	lease_check_done(l);
@@ -437,6 +454,14 @@ static void defaults_send(struct job *job)
 	pgq_exec(job->l->db, sql_run_defaults, 1, params, defaults_result, job);
 }
 
+static void ckpt_final_done(void *arg)
+{
+	struct job *job = arg;
+
+	job_report_send(job);
+	job_unref(job);
+}
+
 /* The executor is done with the step: report its outcome. */
 static void exec_done(struct exec_job *ej, const struct exec_result *res, void *arg)
 {
@@ -457,6 +482,8 @@ static void exec_done(struct exec_job *ej, const struct exec_result *res, void *
 		job_remove(job);
 		return;
 	}
+	if (job->ckpt && res->success)
+		ckpt_job_finish(job->ckpt, false, NULL, NULL);
 	iso_time(res->started_at_ms, when, sizeof(when));
 	info = json_pack("{s:s, s:I, s:O}", "started_at", when,
 			 "duration_ms", (json_int_t)res->duration_ms, "logs", res->logs);
@@ -496,20 +523,119 @@ static void exec_done(struct exec_job *ej, const struct exec_result *res, void *
 		json_decref(err);
 		log_info("step \"%s\" of run %s (attempt %d) failed: %s", job->step_id, job->run_id,
 			 job->attempt, res->message);
+		if (job->ckpt) {
+			/* A last checkpoint of the failed attempt, then the report. */
+			json_decref(info);
+			job->refs++;
+			ckpt_job_finish(job->ckpt, true, ckpt_final_done, job);
+			return;
+		}
 	}
 	json_decref(info);
 	job_report_send(job);
 }
 
-/* Starts one claimed row. */
+/* Spawns the job's step, or reports why it could not start. */
+static void job_spawn(struct job *job, const char *fail_reason, const char *fail_msg)
+{
+	struct lease *l = job->l;
+	struct exec_step step;
+	json_t *env = NULL;
+	const char *reason = fail_reason;
+	bool retryable = true;
+	char err[512];
+
+	snprintf(err, sizeof(err), "%s", fail_msg ? fail_msg : "");
+	memset(&step, 0, sizeof(step));
+	step.run_id = job->run_id;
+	step.step_id = job->step_id;
+	step.attempt = job->attempt;
+	step.spec = job->spec;
+	step.input = job->input;
+	step.needs_output = job->needs;
+	step.done_effects = job->done;
+	if (job->ckpt && ckpt_job_resumed_from(job->ckpt) > 0) {
+		char seq[24];
+
+		snprintf(seq, sizeof(seq), "%lld", (long long)ckpt_job_resumed_from(job->ckpt));
+		env = json_pack("{s:s}", "CAIRN_RESUMED_FROM", seq);
+		step.env_extra = env;
+	}
+	if (reason) {
+		job->ex_job = NULL;
+	} else if (!job->spec || !job->input || !job->needs || !job->done) {
+		reason = "bad_spec";
+		retryable = false;
+		snprintf(err, sizeof(err), "the claimed step could not be decoded");
+		job->ex_job = NULL;
+	} else {
+		int64_t t0 = mono_us();
+
+		job->ex_job = executor_start(l->ex, &step, exec_done, job, &reason, &retryable,
+					     err, sizeof(err));
+		log_debug("step \"%s\" of run %s set up and spawned in %.1f ms", job->step_id,
+			  job->run_id, (double)(mono_us() - t0) / 1000.0);
+	}
+	if (job->ex_job) {
+		timer_add_ms(job->start_ev, LEASE_START_DELAY_MS);
+		if (job->ckpt)
+			ckpt_job_running(job->ckpt, executor_job_pid(job->ex_job));
+	} else {
+		/* Report the failure as if the step had run and failed. */
+		struct exec_result r;
+
+		memset(&r, 0, sizeof(r));
+		r.reason = reason;
+		r.retryable = retryable;
+		r.exit_code = -1;
+		r.started_at_ms = wall_ms();
+		r.logs = json_array();
+		snprintf(r.message, sizeof(r.message), "%s", err);
+		job->ex_job = NULL;
+		ckpt_job_free(job->ckpt);
+		job->ckpt = NULL;
+		exec_done(NULL, &r, job);
+		json_decref(r.logs);
+	}
+	json_decref(env);
+	json_decref(job->spec);
+	json_decref(job->input);
+	json_decref(job->needs);
+	json_decref(job->done);
+	job->spec = job->input = job->needs = job->done = NULL;
+}
+
+/* The checkpoint chain is restored (or there is none): start the step. */
+static void ckpt_ready(void *arg, enum ckpt_ready how, const char *message)
+{
+	struct job *job = arg;
+
+	job->restoring = false;
+	if (job->l->stopping && how == CKPT_READY) {
+		job_spawn(job, "worker_shutdown", "the worker stopped before the step started");
+	} else if (how == CKPT_FENCED) {
+		job->l->executing--;
+		job_fence(job, "checkpoints refused");
+	} else if (how == CKPT_FAILED) {
+		job_spawn(job, "checkpoint_restore", message);
+	} else {
+		job_spawn(job, NULL, NULL);
+	}
+	job_unref(job);
+}
+
+/* A step's checkpoints need its folder: ids that cannot name one are left
+ * to the executor to refuse. */
+static bool ckpt_names_ok(const char *s)
+{
+	return *s && *s != '.' && !strchr(s, '/') && strlen(s) <= 200;
+}
+
+/* Starts one claimed row: restores its checkpoints first when it has any. */
 static void job_start(struct lease *l, PGresult *res, int row)
 {
 	struct job *job = xcalloc(1, sizeof(*job));
-	struct exec_step step;
-	json_t *spec = NULL, *input = NULL, *needs = NULL, *done = NULL;
-	const char *reason;
-	bool retryable;
-	char err[512];
+	int64_t every;
 
 	job->l = l;
 	job->refs = 1;
@@ -525,55 +651,30 @@ static void job_start(struct lease *l, PGresult *res, int row)
 		l->jobs->prev = job;
 	l->jobs = job;
 	l->njobs++;
+	l->executing++;
 
-	spec = json_loads(PQgetvalue(res, row, 4), 0, NULL);
-	input = PQgetisnull(res, row, 5) ? json_null() : json_loads(PQgetvalue(res, row, 5), JSON_DECODE_ANY, NULL);
-	needs = PQgetisnull(res, row, 6) ? json_object() : json_loads(PQgetvalue(res, row, 6), 0, NULL);
-	done = PQgetisnull(res, row, 7) ? json_array() : json_loads(PQgetvalue(res, row, 7), 0, NULL);
-	memset(&step, 0, sizeof(step));
-	step.run_id = job->run_id;
-	step.step_id = job->step_id;
-	step.attempt = job->attempt;
-	step.spec = spec;
-	step.input = input;
-	step.needs_output = needs;
-	step.done_effects = done;
-	if (!spec || !input || !needs || !done) {
-		reason = "bad_spec";
-		retryable = false;
-		snprintf(err, sizeof(err), "the claimed step could not be decoded");
-		job->ex_job = NULL;
-	} else {
-		int64_t t0 = mono_us();
+	job->spec = json_loads(PQgetvalue(res, row, 4), 0, NULL);
+	job->input = PQgetisnull(res, row, 5) ? json_null() :
+		json_loads(PQgetvalue(res, row, 5), JSON_DECODE_ANY, NULL);
+	job->needs = PQgetisnull(res, row, 6) ? json_object() : json_loads(PQgetvalue(res, row, 6), 0, NULL);
+	job->done = PQgetisnull(res, row, 7) ? json_array() : json_loads(PQgetvalue(res, row, 7), 0, NULL);
+	every = ckpt_job_every_ms(job->spec);
+	if (every > 0 && ckpt_names_ok(job->run_id) && ckpt_names_ok(job->step_id)) {
+		struct buf ws = BUF_INIT, ctl = BUF_INIT;
+		const char *wd = executor_work_dir(l->ex);
 
-		job->ex_job = executor_start(l->ex, &step, exec_done, job, &reason, &retryable,
-					     err, sizeof(err));
-		log_debug("step \"%s\" of run %s set up and spawned in %.1f ms", job->step_id,
-			  job->run_id, (double)(mono_us() - t0) / 1000.0);
+		buf_addf(&ws, "%s/%s/%s/workspace", wd, job->run_id, job->step_id);
+		buf_addf(&ctl, "%s/%s/%s/ctl", wd, job->run_id, job->step_id);
+		job->ckpt = ckpt_job_new(l->base, l->db, l->opts.name, job->run_id, job->step_id,
+					 job->epoch, job->attempt, every, ws.data, ctl.data);
+		buf_release(&ws);
+		buf_release(&ctl);
+		job->refs++;
+		job->restoring = true;
+		ckpt_job_prepare(job->ckpt, ckpt_ready, job);
+		return;
 	}
-	if (job->ex_job) {
-		l->executing++;
-		timer_add_ms(job->start_ev, LEASE_START_DELAY_MS);
-	} else {
-		/* Report the failure as if the step had run and failed. */
-		struct exec_result r;
-
-		memset(&r, 0, sizeof(r));
-		r.reason = reason;
-		r.retryable = retryable;
-		r.exit_code = -1;
-		r.started_at_ms = wall_ms();
-		r.logs = json_array();
-		snprintf(r.message, sizeof(r.message), "%s", err);
-		l->executing++;
-		job->ex_job = NULL;
-		exec_done(NULL, &r, job);
-		json_decref(r.logs);
-	}
-	json_decref(spec);
-	json_decref(input);
-	json_decref(needs);
-	json_decref(done);
+	job_spawn(job, NULL, NULL);
 }
 
 /* ---- claiming ---- */
