@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
@@ -73,6 +74,63 @@ struct executor {
 };
 
 static void job_check_done(struct exec_job *job);
+
+/* ---- what a step may ask of the host ---- */
+
+/* Whether host path p, resolved, lies under one of the comma-separated
+ * roots (each resolved too). A definition is data anyone with a submit
+ * token writes: it must not reach host folders the operator did not offer. */
+static bool under_roots(const char *roots, const char *p)
+{
+	char real[PATH_MAX], root[PATH_MAX], *list, *tok, *save = NULL;
+	bool ok = false;
+
+	if (!roots || !p || p[0] != '/' || !realpath(p, real))
+		return false;
+	list = xstrdup(roots);
+	for (tok = strtok_r(list, ",", &save); tok && !ok; tok = strtok_r(NULL, ",", &save)) {
+		size_t n;
+
+		if (!realpath(tok, root))
+			continue;
+		n = strlen(root);
+		ok = strcmp(real, root) == 0 || strcmp(root, "/") == 0 ||
+		     (strncmp(real, root, n) == 0 && real[n] == '/');
+	}
+	free(list);
+	return ok;
+}
+
+/* Refuses a sandbox profile that binds host folders outside the operator's
+ * --step-host-paths or allows unix sockets without --step-unix-sockets. */
+static int check_step_sandbox(const struct executor_opts *o, const json_t *sb, char *err,
+			      size_t errlen)
+{
+	const json_t *m, *v;
+	size_t i;
+
+	v = json_object_get(sb, "rootfs");
+	if (json_is_string(v) && !under_roots(o->step_host_paths, json_string_value(v))) {
+		snprintf(err, errlen, "sandbox rootfs \"%s\" is not under a folder this worker offers "
+			 "to steps (--step-host-paths)", json_string_value(v));
+		return -1;
+	}
+	json_array_foreach(json_object_get(sb, "mounts"), i, m) {
+		const char *src = json_string_value(json_object_get(m, "src"));
+
+		if (!under_roots(o->step_host_paths, src)) {
+			snprintf(err, errlen, "sandbox mount of \"%s\" is not under a folder this worker "
+				 "offers to steps (--step-host-paths)", src ? src : "");
+			return -1;
+		}
+	}
+	if (json_is_true(json_object_get(sb, "unix_sockets")) && !o->step_unix_sockets) {
+		snprintf(err, errlen, "sandbox unix_sockets is not allowed by this worker "
+			 "(--step-unix-sockets)");
+		return -1;
+	}
+	return 0;
+}
 
 /* ---- the sandbox backend ---- */
 
@@ -1148,7 +1206,12 @@ struct exec_job *executor_start(struct executor *ex, const struct exec_step *ste
 	sp.base = ex->base;
 	sp.proxy_log = proxy_log_cb;
 	sp.proxy_arg = job;
+	*fail_reason = "forbidden_sandbox";
+	*fail_retryable = false;
+	if (check_step_sandbox(&ex->opts, sp.sandbox, err, errlen))
+		goto out;
 	*fail_reason = "spawn";
+	*fail_retryable = true;
 	job->started_wall = wall_ms();
 	job->started_mono = mono_ms();
 	if (ex->backend->spawn(&sp, &job->proc, &job->pid, err, errlen))

@@ -121,6 +121,12 @@ struct executor_opts {
 	 * "output"; the step is killed at the cap (reason "output_cap")
 	 * unless its "on_output_cap" is "truncate". */
 	const char *secrets_dir;       /* borrowed; NULL = steps may name no secret */
+	/* What a step's own sandbox profile may ask of the host: its "mounts"
+	 * and "rootfs" must resolve under one of these comma-separated
+	 * folders (borrowed; NULL = none), and "unix_sockets" needs
+	 * step_unix_sockets. Anything else fails the step (forbidden_sandbox). */
+	const char *step_host_paths;
+	bool step_unix_sockets;
 };
 
 /* One attempt, as claimed. Borrowed for the call to executor_start. */
@@ -138,7 +144,7 @@ struct exec_result {
 	bool success;
 	/* On failure: reason ("exit", "signal", "timeout", "bad_output",
 	 * "bad_effects", "spawn", "bad_spec", "prepare", "missing_secret",
-	 * "bad_secret", a sandbox reason such
+	 * "bad_secret", "forbidden_sandbox", a sandbox reason such
 	 * as "oom" or "seccomp", or the kill reason), a message, and whether
 	 * another attempt may help. */
 	const char *reason;

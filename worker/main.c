@@ -24,7 +24,9 @@
 /* The worker's whole configuration: flags, CAIRN_* variables, defaults. */
 static struct {
 	char *database_url, *name, *queues, *work_dir, *log_level, *bind, *secrets_dir;
+	char *step_host_paths;
 	int64_t concurrency, lease, poll, drain_timeout, log_max;
+	bool step_unix_sockets;
 } conf;
 
 static const struct config_opt opts[] = {
@@ -51,6 +53,12 @@ static const struct config_opt opts[] = {
 	{ .name = "secrets-dir", .type = CONFIG_STRING, .dst = &conf.secrets_dir, .metavar = "DIR",
 	  .help = "folder of secret files (0700, files 0600), named by secret; a step gets "
 		  "only those it names, at /cairn/secrets" },
+	{ .name = "step-host-paths", .type = CONFIG_STRING, .dst = &conf.step_host_paths,
+	  .metavar = "DIR,...",
+	  .help = "host folders under which a step's own sandbox \"mounts\" and \"rootfs\" may "
+		  "lie (default: none; such a step fails with forbidden_sandbox)" },
+	{ .name = "step-unix-sockets", .type = CONFIG_BOOL, .dst = &conf.step_unix_sockets,
+	  .help = "let a step's sandbox profile allow unix sockets (\"unix_sockets\": true)" },
 	{ .name = "log-max", .type = CONFIG_SIZE, .dst = &conf.log_max, .def = "1M",
 	  .min = 1024, .max = 64 << 20, .help = "stdout and stderr kept per step and stream" },
 	{ .name = "log-level", .type = CONFIG_STRING, .dst = &conf.log_level, .def = "info",
@@ -211,6 +219,8 @@ int main(int argc, char **argv)
 	eo.mounts = mounts;
 	eo.nmounts = (size_t)nmounts;
 	eo.secrets_dir = conf.secrets_dir && *conf.secrets_dir ? conf.secrets_dir : NULL;
+	eo.step_host_paths = conf.step_host_paths && *conf.step_host_paths ? conf.step_host_paths : NULL;
+	eo.step_unix_sockets = conf.step_unix_sockets;
 	ex = executor_new(w.base, &eo);
 
 	memset(&lo, 0, sizeof(lo));
