@@ -118,3 +118,6 @@ GRANT SELECT ON cairn.runs, cairn.steps, cairn.events, cairn.step_logs, cairn.ap
 GRANT SELECT ON cairn.run_history, cairn.step_attempts, cairn.pending_approvals,
 	cairn.approval_decisions, cairn.run_timeline, cairn.committed_effects TO cairn_reader;
 GRANT SELECT ON cairn.dead_workers, cairn.sessionless_workers TO cairn_reader, cairn_engine;
+-- pure helpers the views call with the reader's rights
+GRANT EXECUTE ON FUNCTION cairn._approval_of(cairn.steps), cairn._worker_lock_class()
+	TO cairn_reader, cairn_engine;

@@ -2,7 +2,7 @@
 \pset format unaligned
 \pset tuples_only true
 BEGIN;
-SELECT plan(9);
+SELECT plan(17);
 
 SELECT ok(has_function_privilege('cairn_worker', 'cairn.claim(text, text[], int, int)', 'EXECUTE'),
 	'workers may claim');
@@ -22,6 +22,18 @@ SELECT ok(has_table_privilege('cairn_reader', 'cairn.run_timeline', 'SELECT'),
 	'readers see the views');
 SELECT ok(NOT has_table_privilege('cairn_reader', 'cairn.api_tokens', 'SELECT'),
 	'readers do not see tokens');
+
+-- what a reader sees, as a reader
+SET LOCAL ROLE cairn_reader;
+SELECT lives_ok('SELECT count(*) FROM cairn.run_history', 'a reader reads run_history');
+SELECT lives_ok('SELECT count(*) FROM cairn.step_attempts', 'a reader reads step_attempts');
+SELECT lives_ok('SELECT count(*) FROM cairn.pending_approvals', 'a reader reads pending_approvals');
+SELECT lives_ok('SELECT count(*) FROM cairn.approval_decisions', 'a reader reads approval_decisions');
+SELECT lives_ok('SELECT count(*) FROM cairn.run_timeline', 'a reader reads run_timeline');
+SELECT lives_ok('SELECT count(*) FROM cairn.committed_effects', 'a reader reads committed_effects');
+SELECT lives_ok('SELECT count(*) FROM cairn.dead_workers', 'a reader reads dead_workers');
+SELECT throws_ok('SELECT count(*) FROM cairn.events', '42501', NULL, 'a reader cannot read the raw tables');
+RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;
