@@ -444,7 +444,9 @@ static void capture_done(struct ckpt_job *cj)
 	summary = checkpoint_summary_json(&cj->res);
 	json_object_set_new(summary, "trigger", json_string(cj->why == WHY_PERIOD ? "period" :
 							   cj->why == WHY_REQUEST ? "request" : "failure"));
-	json_object_set_new(summary, "stopped_ms", json_real((double)cj->frozen_us / 1000.0));
+	/* A requested capture keeps the step stopped until its commit too. */
+	json_object_set_new(summary, "stopped_ms", json_real((double)(cj->nfrozen ?
+		mono_us() - cj->frozen_at_us : cj->frozen_us) / 1000.0));
 	summary_s = json_dumps(summary, JSON_COMPACT);
 	params[0] = cj->run_id;
 	params[1] = cj->step_id;
@@ -668,6 +670,10 @@ static void restore_done(struct ckpt_job *cj)
 		cj->links = (int)last;
 		cj->full_size = cj->chain[0].len;
 		if (cj->used < cj->nchain) {
+			/* A restore reads the links in order: deltas on an older
+			 * link would sit behind the bad one. Start a new chain. */
+			checkpoint_manifest_free(cj->base_m);
+			cj->base_m = NULL;
 			buf_addf(&m, "cairn: checkpoint %lld does not verify (%s): resumed from checkpoint %lld, "
 				 "the newest that does", (long long)cj->chain_seq[cj->used], cj->th_err,
 				 (long long)cj->resumed_from);
