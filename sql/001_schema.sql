@@ -55,7 +55,7 @@ CREATE TABLE cairn.events (
 		'StepSucceeded', 'StepFailed', 'StepRetryScheduled', 'StepLeaseExpired',
 		'StepTimedOut', 'ApprovalRequested', 'ApprovalGranted', 'ApprovalRejected',
 		'TimerFired', 'SignalReceived', 'RunSucceeded', 'RunFailed', 'RunCancelled',
-		'RunForked', 'RunRetried', 'StepSkipped')),
+		'RunForked', 'RunRetried', 'StepSkipped', 'CheckpointFallback')),
 	step_id		text,
 	attempt		int,
 	lease_epoch	bigint,

@@ -85,7 +85,8 @@ BEGIN
 		UPDATE cairn.steps SET status = 'ready', ready_at = (p->>'ready_at')::timestamptz,
 			updated_at = p_at
 		 WHERE run_id = p_run AND step_id = p_step;
-	WHEN 'TimerFired', 'ApprovalGranted', 'ApprovalRejected', 'SignalReceived', 'RunForked' THEN
+	WHEN 'TimerFired', 'ApprovalGranted', 'ApprovalRejected', 'SignalReceived', 'RunForked',
+		'CheckpointFallback' THEN
 		NULL; -- recorded for history; the step's next event changes it
 	WHEN 'RunRetried' THEN
 		PERFORM cairn._apply_retried(p_run, p, p_at);
@@ -722,6 +723,25 @@ SELECT w.worker_id, w.gone_since FROM cairn.workers w
 CREATE VIEW cairn.dead_workers AS
 SELECT worker_id, gone_since FROM cairn.sessionless_workers
  WHERE gone_since <= clock_timestamp() - interval '500 ms';
+
+-- checkpoint_fallback: an attempt's restore found checkpoint p_bad_seq
+-- unverifiable and resumed from p_used_seq (NULL: from an empty workspace).
+CREATE FUNCTION cairn.checkpoint_fallback(p_run uuid, p_step text, p_epoch bigint,
+	p_bad_seq bigint, p_used_seq bigint, p_reason text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
+DECLARE
+	v_seq bigint := cairn._begin(p_run, true);
+	v cairn.steps := cairn._leased(p_run, p_step, p_epoch);
+	v_at timestamptz := clock_timestamp();
+BEGIN
+	v_seq := cairn._append(p_run, v_seq + 1, 'CheckpointFallback', p_step, v.attempt, p_epoch,
+		jsonb_build_object('bad_seq', p_bad_seq, 'used_seq', p_used_seq, 'reason', p_reason), v_at);
+	PERFORM cairn._insert_logs(p_run, p_step, v.attempt, jsonb_build_array(jsonb_build_object(
+		'stream', 'system', 'data', format('checkpoint %s does not verify (%s): %s', p_bad_seq,
+			p_reason, CASE WHEN p_used_seq IS NULL THEN 'starting from an empty workspace'
+			ELSE format('resumed from checkpoint %s, the newest that does', p_used_seq) END))), v_at);
+	PERFORM cairn._end(p_run, v_seq, v_at);
+END $$;
 
 -- reap_expired: leases whose holder stopped renewing them, and the leases
 -- of workers whose database session ended (after a 500 ms grace).

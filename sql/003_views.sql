@@ -82,6 +82,8 @@ SELECT e.run_id, e.seq, e.at, e.type, e.step_id, e.attempt, e.lease_epoch,
          WHEN 'ApprovalRejected' THEN 'rejected by ' || (e.payload->>'actor')
          WHEN 'ApprovalRequested' THEN e.payload->>'prompt'
          WHEN 'StepWaiting' THEN 'waiting for ' || (e.payload->>'reason')
+         WHEN 'CheckpointFallback' THEN 'checkpoint ' || (e.payload->>'bad_seq') || ' does not verify: '
+                                || coalesce('resumed from ' || (e.payload->>'used_seq'), 'started empty')
          WHEN 'SignalReceived' THEN 'signal ' || (e.payload->>'name')
          WHEN 'RunFailed' THEN 'step ' || (e.payload->'error'->>'step_id') || ' failed: '
                                 || coalesce(e.payload->'error'->>'reason', '')
@@ -105,7 +107,8 @@ GRANT EXECUTE ON FUNCTION cairn.claim(text, text[], int, int), cairn.start(uuid,
 	cairn.fail(uuid, text, bigint, jsonb, jsonb),
 	cairn.append_log(uuid, text, bigint, text, text, boolean),
 	cairn.checkpoint(uuid, text, bigint, bigint, text, bigint, bigint, text, text, jsonb, bytea),
-	cairn.worker_register(text, text[])
+	cairn.worker_register(text, text[]),
+	cairn.checkpoint_fallback(uuid, text, bigint, bigint, bigint, text)
 	TO cairn_worker;
 GRANT EXECUTE ON FUNCTION cairn.submit(jsonb, jsonb, text, text, jsonb),
 	cairn.reap_expired(int), cairn.fire_timers(int),

@@ -36,7 +36,8 @@ static const char sql_chain[] =
 static const char sql_commit[] =
 	"select cairn.checkpoint($1::uuid, $2, $3::bigint, $4::bigint, $5, $6::bigint, $7::bigint, "
 	"$8, $9, $10::jsonb, $11::bytea)";
-static const char sql_log[] = "select cairn.append_log($1::uuid, $2, $3::bigint, 'system', $4, false)";
+static const char sql_fallback[] =
+	"select cairn.checkpoint_fallback($1::uuid, $2, $3::bigint, $4::bigint, $5::bigint, $6)";
 
 enum op { OP_NONE, OP_RESTORE, OP_CAPTURE };
 enum why { WHY_PERIOD, WHY_REQUEST, WHY_FINAL };
@@ -146,12 +147,18 @@ int64_t ckpt_job_every_ms(const json_t *spec)
 	return ms < CKPT_MIN_EVERY_MS ? CKPT_MIN_EVERY_MS : (int64_t)ms;
 }
 
-/* A line in the step's system log (fenced: lost when the step is not ours). */
-static void cj_system_log(struct ckpt_job *cj, const char *line)
+/* Records in the events (CheckpointFallback, with a system log line) that
+ * checkpoint bad did not verify and the attempt resumed from used (< 0: from
+ * an empty workspace). Fenced: lost when the step is not ours. */
+static void cj_fallback(struct ckpt_job *cj, long long bad, long long used, const char *reason)
 {
-	const char *params[4] = { cj->run_id, cj->step_id, cj->epoch, line };
+	char bad_s[24], used_s[24];
+	const char *params[6] = { cj->run_id, cj->step_id, cj->epoch, bad_s, used >= 0 ? used_s : NULL,
+				  reason };
 
-	pgq_exec(cj->db, sql_log, 4, params, NULL, NULL);
+	snprintf(bad_s, sizeof(bad_s), "%lld", bad);
+	snprintf(used_s, sizeof(used_s), "%lld", used);
+	pgq_exec(cj->db, sql_fallback, 6, params, NULL, NULL);
 }
 
 /* ---- stopping the step ---- */
@@ -678,7 +685,8 @@ static void restore_done(struct ckpt_job *cj)
 				 "the newest that does", (long long)cj->chain_seq[cj->used], cj->th_err,
 				 (long long)cj->resumed_from);
 			log_warn("step \"%s\" of run %s: %s", cj->step_id, cj->run_id, m.data);
-			cj_system_log(cj, m.data);
+			cj_fallback(cj, (long long)cj->chain_seq[cj->used], (long long)cj->resumed_from,
+				    cj->th_err);
 		} else {
 			log_info("step \"%s\" of run %s resumes from checkpoint %lld", cj->step_id,
 				 cj->run_id, (long long)cj->resumed_from);
@@ -687,7 +695,8 @@ static void restore_done(struct ckpt_job *cj)
 		buf_addf(&m, "cairn: no checkpoint of the step verifies (%s): starting from an empty workspace",
 			 cj->th_err);
 		log_warn("step \"%s\" of run %s: %s", cj->step_id, cj->run_id, m.data);
-		cj_system_log(cj, m.data);
+		cj_fallback(cj, cj->nchain ? (long long)cj->chain_seq[cj->used < cj->nchain ? cj->used : 0] : 0,
+			    -1, cj->th_err);
 		if (checkpoint_empty_dir(cj->workspace, cj->th_err, sizeof(cj->th_err)) < 0) {
 			buf_release(&m);
 			cj_ready(cj, CKPT_FAILED, cj->th_err);
