@@ -412,6 +412,28 @@ BEGIN
 	RETURN true;
 END $$;
 
+-- StepLeased: the next attempt of a ready step is p_worker's.
+CREATE FUNCTION cairn._lease(p_run uuid, p_seq bigint, p_step text, p_attempt int, p_epoch bigint,
+	p_worker text, p_lease_ms int, p_at timestamptz)
+RETURNS bigint LANGUAGE sql AS $$
+	SELECT cairn._append(p_run, p_seq + 1, 'StepLeased', p_step, p_attempt + 1, p_epoch + 1,
+		jsonb_build_object('worker', p_worker,
+			'lease_expires_at', p_at + p_lease_ms * interval '1 ms'), p_at);
+$$;
+
+-- What a leased step is handed: the outputs of its needs, the effect keys
+-- it already committed.
+CREATE FUNCTION cairn._needs_output(p_run uuid, p_needs text[])
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+	SELECT coalesce(jsonb_object_agg(n.step_id, n.output), '{}') FROM cairn.steps n
+	 WHERE n.run_id = p_run AND n.step_id = ANY (p_needs);
+$$;
+CREATE FUNCTION cairn._done_effects(p_run uuid, p_step text)
+RETURNS text[] LANGUAGE sql STABLE AS $$
+	SELECT ARRAY(SELECT e.effect_key FROM cairn.effects e
+		      WHERE e.run_id = p_run AND e.step_id = p_step ORDER BY 1);
+$$;
+
 -- claim: leases up to p_max ready steps of the given queues.
 CREATE FUNCTION cairn.claim(p_worker text, p_queues text[], p_max int, p_lease_ms int)
 RETURNS TABLE (run_id uuid, step_id text, attempt int, lease_epoch bigint, spec jsonb,
@@ -453,15 +475,11 @@ BEGIN
 		END IF;
 		CONTINUE WHEN NOT cairn._admit(v.spec, v_at);
 		v_n := v_n + 1;
-		v_seq := cairn._append(v.run_id, v_seq + 1, 'StepLeased', v.step_id, v.attempt + 1,
-			v.lease_epoch + 1, jsonb_build_object('worker', p_worker,
-				'lease_expires_at', v_at + p_lease_ms * interval '1 ms'), v_at);
+		v_seq := cairn._lease(v.run_id, v_seq, v.step_id, v.attempt, v.lease_epoch, p_worker,
+			p_lease_ms, v_at);
 		PERFORM cairn._end(v.run_id, v_seq, v_at);
 		RETURN QUERY SELECT v.run_id, v.step_id, v.attempt + 1, v.lease_epoch + 1, v.spec, v_input,
-			(SELECT coalesce(jsonb_object_agg(n.step_id, n.output), '{}') FROM cairn.steps n
-			  WHERE n.run_id = v.run_id AND n.step_id = ANY (v.needs)),
-			ARRAY(SELECT e.effect_key FROM cairn.effects e
-			       WHERE e.run_id = v.run_id AND e.step_id = v.step_id ORDER BY 1);
+			cairn._needs_output(v.run_id, v.needs), cairn._done_effects(v.run_id, v.step_id);
 	END LOOP;
 END $$;
 
@@ -564,9 +582,48 @@ RETURNS jsonb LANGUAGE sql STABLE SECURITY DEFINER SET search_path = cairn, pg_t
 	  FROM cairn.runs WHERE run_id = p_run;
 $$;
 
+-- Leases to p_claim's worker up to p_claim.max ready steps of the locked run
+-- p_run in p_claim.queues, as long as no other ready step would come first
+-- (the run's limits and keys apply as in claim); adds each as claim's row,
+-- in JSON, to p_claimed.
+CREATE FUNCTION cairn._claim_in_run(p_run uuid, p_seq bigint, p_claim jsonb, p_at timestamptz,
+	INOUT p_claimed jsonb, OUT p_last bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+	v cairn.steps;
+	r cairn.runs;
+BEGIN
+	p_last := p_seq;
+	SELECT * INTO r FROM cairn.runs WHERE run_id = p_run;
+	IF r.status <> 'running' OR r.max_attempts_total IS NOT NULL THEN
+		RETURN; -- the attempt budget is checked by claim alone
+	END IF;
+	FOR v IN SELECT * FROM cairn.steps s
+		  WHERE s.run_id = p_run AND s.status = 'ready' AND s.ready_at <= p_at
+		    AND s.queue IN (SELECT jsonb_array_elements_text(p_claim->'queues'))
+		  ORDER BY s.priority DESC, s.ready_at
+		  LIMIT (p_claim->>'max')::int FOR UPDATE SKIP LOCKED LOOP
+		-- never jump the queue: a step of any run that claim would take
+		-- first (higher priority, or as high and ready earlier) goes first
+		EXIT WHEN EXISTS (SELECT 1 FROM cairn.steps o
+				   WHERE o.status = 'ready' AND o.queue = v.queue AND o.ready_at <= p_at
+				     AND (o.priority > v.priority
+					  OR (o.priority = v.priority AND o.ready_at < v.ready_at)));
+		CONTINUE WHEN NOT cairn._admit(v.spec, p_at);
+		p_last := cairn._lease(p_run, p_last, v.step_id, v.attempt, v.lease_epoch,
+			p_claim->>'worker', (p_claim->>'lease_ms')::int, p_at);
+		p_claimed := p_claimed || jsonb_build_object('run_id', p_run, 'step_id', v.step_id,
+			'attempt', v.attempt + 1, 'lease_epoch', v.lease_epoch + 1, 'spec', v.spec,
+			'input', r.input, 'needs_output', cairn._needs_output(p_run, v.needs),
+			'done_effects', to_jsonb(cairn._done_effects(p_run, v.step_id)));
+	END LOOP;
+END $$;
+
 -- complete: the attempt succeeded; its effects commit with it, each key once.
+-- With p_claim ({worker, queues, max, lease_ms}) it also leases that worker
+-- the steps of the run the success made ready ("claimed" in the result).
 CREATE FUNCTION cairn.complete(p_run uuid, p_step text, p_epoch bigint, p_output jsonb,
-	p_effects jsonb, p_info jsonb)
+	p_effects jsonb, p_info jsonb, p_claim jsonb DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = cairn, pg_temp AS $$
 DECLARE
 	v_seq bigint := cairn._begin(p_run, false);
@@ -576,6 +633,7 @@ DECLARE
 	v_status text;
 	v_added jsonb;
 	v_new cairn.steps;
+	v_claimed jsonb := '[]';
 BEGIN
 	IF p_info->'add_steps' IS NOT NULL AND jsonb_typeof(p_info->'add_steps') <> 'array' THEN
 		RAISE EXCEPTION 'add_steps must be an array' USING ERRCODE = 'CN004';
@@ -617,9 +675,16 @@ BEGIN
 	IF v.spec->'concurrency' IS NOT NULL AND v.spec->'concurrency' <> 'null' THEN
 		PERFORM pg_notify('cairn_ready', v.queue); -- a slot of its key is free
 	END IF;
+	-- the worker has room: lease it what this success made ready, in the
+	-- same transaction (one round trip per step in a chain, not two)
+	IF jsonb_typeof(p_claim) = 'object' AND (p_claim->>'max')::int > 0 THEN
+		SELECT c.p_claimed, c.p_last INTO v_claimed, v_seq
+		  FROM cairn._claim_in_run(p_run, v_seq, p_claim, v_at, v_claimed) c;
+	END IF;
 	PERFORM cairn._end(p_run, v_seq, v_at);
 	SELECT status INTO v_status FROM cairn.runs WHERE run_id = p_run;
-	RETURN jsonb_build_object('run_status', v_status, 'effects_skipped', to_jsonb(v_skipped));
+	RETURN jsonb_build_object('run_status', v_status, 'effects_skipped', to_jsonb(v_skipped),
+		'claimed', v_claimed);
 END $$;
 
 -- fail: the attempt failed (error.reason says how); retry or fail for good.

@@ -103,7 +103,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA cairn FROM PUBLIC;
 GRANT USAGE ON SCHEMA cairn TO cairn_engine, cairn_worker, cairn_reader;
 GRANT EXECUTE ON FUNCTION cairn.claim(text, text[], int, int), cairn.start(uuid, text, bigint, jsonb),
 	cairn.heartbeat(text, uuid[], text[], bigint[], int),
-	cairn.complete(uuid, text, bigint, jsonb, jsonb, jsonb),
+	cairn.complete(uuid, text, bigint, jsonb, jsonb, jsonb, jsonb),
 	cairn.fail(uuid, text, bigint, jsonb, jsonb),
 	cairn.append_log(uuid, text, bigint, text, text, boolean),
 	cairn.checkpoint(uuid, text, bigint, bigint, text, bigint, bigint, text, text, jsonb, bytea),

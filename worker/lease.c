@@ -32,7 +32,7 @@ static const char sql_heartbeat[] =
 	"select run_id, step_id from cairn.heartbeat($1, $2::uuid[], $3::text[], $4::bigint[], $5::int)";
 static const char sql_start[] = "select cairn.start($1::uuid, $2, $3::bigint, $4::jsonb)";
 static const char sql_complete[] =
-	"select cairn.complete($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb, $6::jsonb)";
+	"select cairn.complete($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb, $6::jsonb, $7::jsonb)";
 static const char sql_fail[] = "select cairn.fail($1::uuid, $2, $3::bigint, $4::jsonb, $5::jsonb)";
 static const char sql_register[] = "select cairn.worker_register($1, $2::text[])";
 static const char sql_run_defaults[] = "select cairn.run_defaults($1::uuid)";
@@ -52,6 +52,7 @@ struct job {
 	enum report_kind report;
 	char *params[6];           /* the report's parameters, kept for retries */
 	int nparams, tries;
+	int claim_max;             /* steps the success report may lease us (reserved room) */
 	json_t *add_steps;         /* output's cairn.add_steps, until normalized */
 	bool adds;                 /* the success report carries info.add_steps */
 	int64_t renewed_ms;        /* last time the store extended the lease (monotonic) */
@@ -67,6 +68,7 @@ struct lease {
 	struct lease_opts opts;
 	struct job *jobs;
 	int njobs, executing;
+	int reserved;              /* room held for leases that success reports may bring */
 	struct event *poll_ev, *hb_ev, *drain_ev, *stop_ev, *register_ev;
 	int claiming;              /* rows asked for by the claim in flight, 0 if none */
 	bool started, want_claim, last_full, notified, hb_inflight, claim_failing;
@@ -280,12 +282,16 @@ static void job_complete_to_fail(struct job *job, const char *reason, const char
 	json_decref(err);
 }
 
+static void start_claimed(struct lease *l, const char *reply);
+
 static void report_result(PGresult *res, void *arg)
 {
 	struct job *job = arg;
 	struct lease *l = job->l;
 	const char *what = job->report == REPORT_COMPLETE ? "success" : "failure";
 
+	l->reserved -= job->claim_max;
+	job->claim_max = 0;
 	if (!job->prev && !job->next && l->jobs != job) {
 		job_unref(job); /* already removed */
 		return;
@@ -302,6 +308,8 @@ static void report_result(PGresult *res, void *arg)
 			  what, job->step_id, job->run_id);
 	} else if (pgq_ok(res)) {
 		log_debug("reported the %s of step \"%s\" of run %s", what, job->step_id, job->run_id);
+		if (job->report == REPORT_COMPLETE && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+			start_claimed(l, PQgetvalue(res, 0, 0));
 		if (job->report == REPORT_FAIL && PQntuples(res) == 1 && !step_will_retry(PQgetvalue(res, 0, 0)))
 			executor_forget(l->ex, job->run_id, job->step_id);
 	} else if (!strcmp(pgq_sqlstate(res), CAIRN_SQLSTATE_FENCED)) {
@@ -343,11 +351,70 @@ static void report_result(PGresult *res, void *arg)
 	lease_kick(l);
 }
 
+static int lease_capacity(const struct lease *l);
+static void job_start_row(struct lease *l, const char *run_id, const char *step_id,
+			  const char *attempt, const char *epoch, json_t *spec, json_t *input,
+			  json_t *needs, json_t *done);
+
 static void job_report_send(struct job *job)
 {
+	struct lease *l = job->l;
+	const char *params[7];
+	char *claim = NULL;
+
 	job->refs++;
-	pgq_exec(job->l->db, job->report == REPORT_COMPLETE ? sql_complete : sql_fail,
-		 job->nparams, (const char *const *)job->params, report_result, job);
+	if (job->report != REPORT_COMPLETE) {
+		pgq_exec(l->db, sql_fail, job->nparams, (const char *const *)job->params,
+			 report_result, job);
+		return;
+	}
+	/* Room to spare and no backlog (the last claim was not full): the
+	 * success may lease us what it makes ready in the same transaction, the
+	 * next step of a chain without a claim. Under a backlog the store would
+	 * not let it jump the queue anyway, so nothing is reserved for it. */
+	job->claim_max = l->draining || l->stopping || l->last_full ? 0 :
+		lease_capacity(l) - l->claiming;
+	if (job->claim_max > 0) {
+		json_t *c = json_pack("{s:s, s:[], s:i, s:I}", "worker", l->opts.name, "queues",
+				      "max", job->claim_max, "lease_ms", (json_int_t)l->opts.lease_ms);
+
+		for (const char *const *q = l->opts.queues; *q; q++)
+			json_array_append_new(json_object_get(c, "queues"), json_string(*q));
+		claim = dump(c);
+		json_decref(c);
+		l->reserved += job->claim_max;
+	} else {
+		job->claim_max = 0;
+	}
+	for (int i = 0; i < 6; i++)
+		params[i] = job->params[i];
+	params[6] = claim;
+	pgq_exec(l->db, sql_complete, 7, params, report_result, job);
+	free(claim);
+}
+
+/* Starts the steps a success report leased us ("claimed" of its reply). */
+static void start_claimed(struct lease *l, const char *reply)
+{
+	json_t *r = json_loads(reply, 0, NULL), *c;
+	size_t i;
+
+	json_array_foreach(json_object_get(r, "claimed"), i, c) {
+		char attempt[24], epoch[24];
+		json_t *done = json_object_get(c, "done_effects");
+
+		snprintf(attempt, sizeof(attempt), "%lld",
+			 (long long)json_integer_value(json_object_get(c, "attempt")));
+		snprintf(epoch, sizeof(epoch), "%lld",
+			 (long long)json_integer_value(json_object_get(c, "lease_epoch")));
+		job_start_row(l, json_string_value(json_object_get(c, "run_id")),
+			      json_string_value(json_object_get(c, "step_id")), attempt, epoch,
+			      json_incref(json_object_get(c, "spec")),
+			      json_incref(json_object_get(c, "input")),
+			      json_incref(json_object_get(c, "needs_output")),
+			      json_is_array(done) ? json_incref(done) : json_array());
+	}
+	json_decref(r);
 }
 
 static void defaults_send(struct job *job);
@@ -635,15 +702,28 @@ static bool ckpt_names_ok(const char *s)
 /* Starts one claimed row: restores its checkpoints first when it has any. */
 static void job_start(struct lease *l, PGresult *res, int row)
 {
+	job_start_row(l, PQgetvalue(res, row, 0), PQgetvalue(res, row, 1), PQgetvalue(res, row, 2),
+		      PQgetvalue(res, row, 3), json_loads(PQgetvalue(res, row, 4), 0, NULL),
+		      PQgetisnull(res, row, 5) ? json_null() :
+		      json_loads(PQgetvalue(res, row, 5), JSON_DECODE_ANY, NULL),
+		      PQgetisnull(res, row, 6) ? json_object() : json_loads(PQgetvalue(res, row, 6), 0, NULL),
+		      PQgetisnull(res, row, 7) ? json_array() : json_loads(PQgetvalue(res, row, 7), 0, NULL));
+}
+
+/* Starts one leased attempt; steals spec, input, needs and done. */
+static void job_start_row(struct lease *l, const char *run_id, const char *step_id,
+			  const char *attempt, const char *epoch, json_t *spec, json_t *input,
+			  json_t *needs, json_t *done)
+{
 	struct job *job = xcalloc(1, sizeof(*job));
 	int64_t every;
 
 	job->l = l;
 	job->refs = 1;
-	job->run_id = xstrdup(PQgetvalue(res, row, 0));
-	job->step_id = xstrdup(PQgetvalue(res, row, 1));
-	job->attempt = atoi(PQgetvalue(res, row, 2));
-	snprintf(job->epoch, sizeof(job->epoch), "%s", PQgetvalue(res, row, 3));
+	job->run_id = xstrdup(run_id ? run_id : "");
+	job->step_id = xstrdup(step_id ? step_id : "");
+	job->attempt = atoi(attempt);
+	snprintf(job->epoch, sizeof(job->epoch), "%s", epoch);
 	job->renewed_ms = mono_ms();
 	job->start_ev = evtimer_new(l->base, start_cb, job);
 	job->retry_ev = evtimer_new(l->base, retry_cb, job);
@@ -654,11 +734,10 @@ static void job_start(struct lease *l, PGresult *res, int row)
 	l->njobs++;
 	l->executing++;
 
-	job->spec = json_loads(PQgetvalue(res, row, 4), 0, NULL);
-	job->input = PQgetisnull(res, row, 5) ? json_null() :
-		json_loads(PQgetvalue(res, row, 5), JSON_DECODE_ANY, NULL);
-	job->needs = PQgetisnull(res, row, 6) ? json_object() : json_loads(PQgetvalue(res, row, 6), 0, NULL);
-	job->done = PQgetisnull(res, row, 7) ? json_array() : json_loads(PQgetvalue(res, row, 7), 0, NULL);
+	job->spec = spec;
+	job->input = input;
+	job->needs = needs;
+	job->done = done;
 	every = ckpt_job_every_ms(job->spec);
 	if (every > 0 && ckpt_names_ok(job->run_id) && ckpt_names_ok(job->step_id)) {
 		struct buf ws = BUF_INIT, ctl = BUF_INIT;
@@ -682,7 +761,7 @@ static void job_start(struct lease *l, PGresult *res, int row)
 
 static int lease_capacity(const struct lease *l)
 {
-	return l->opts.concurrency - l->executing;
+	return l->opts.concurrency - l->executing - l->reserved;
 }
 
 static void claim_result(PGresult *res, void *arg)

@@ -3,7 +3,7 @@
 \pset tuples_only true
 BEGIN;
 \ir setup.psql
-SELECT plan(27);
+SELECT plan(31);
 
 SELECT pg_temp.new_run(pg_temp.def(pg_temp.step('a', '{}', 2), pg_temp.step('b', '{a}'))) AS run \gset
 
@@ -55,6 +55,19 @@ SELECT is(cairn.complete(:'r2', 'a', :e, '{"n": 1}', '[{"key": "k1"}, {"key": "k
 SELECT is((SELECT count(*) FROM cairn.effects WHERE run_id = :'r2'), 2::bigint, 'two effects committed');
 SELECT is((SELECT data FROM cairn.step_logs WHERE run_id = :'r2'), 'hello', 'logs are stored with the result');
 SELECT is(pg_temp.status(:'r2', 'b'), 'ready', 'the next step is ready');
+
+-- complete may lease the worker what it made ready, in the same transaction
+SELECT pg_temp.new_run(pg_temp.def(pg_temp.step('x', '{}', 3, 'run', '{"queue": "mq"}'),
+	pg_temp.step('y', '{x}', 3, 'run', '{"queue": "mq"}'), pg_temp.step('z', '{x}', 3, 'run', '{"queue": "mq"}'))) AS r4 \gset
+SELECT lease_epoch AS e4 FROM cairn.claim('w9', '{mq}', 1, 30000) \gset
+SELECT cairn.complete(:'r4', 'x', :e4, '{"x": 1}', '[]', '{}',
+	'{"worker": "w9", "queues": ["mq"], "max": 1, "lease_ms": 30000}') AS done4 \gset
+SELECT is(jsonb_array_length((:'done4'::jsonb)->'claimed'), 1, 'complete leases at most max of what it made ready');
+SELECT is((:'done4'::jsonb)->'claimed'->0->'needs_output', '{"x": {"x": 1}}'::jsonb,
+	'with what claim would hand over');
+SELECT is((SELECT count(*) FROM cairn.steps WHERE run_id = :'r4' AND status = 'leased' AND lease_owner = 'w9'), 1::bigint,
+	'the step is leased to that worker');
+SELECT is(cairn.replay_check(:'r4'), '[]'::jsonb, 'replay rebuilds a lease taken at completion');
 SELECT is((SELECT needs_output FROM cairn.claim('w1', '{default}', 1, 30000)), '{"a": {"n": 1}}'::jsonb,
 	'claim hands over the outputs of the needs');
 SELECT throws_ok(format($$SELECT cairn.complete(%L, 'b', 1, '1', '[{"nokey": 1}]', '{}')$$, :'r2'), 'CN004', NULL,

@@ -6,7 +6,7 @@ SELECT plan(17);
 
 SELECT ok(has_function_privilege('cairn_worker', 'cairn.claim(text, text[], int, int)', 'EXECUTE'),
 	'workers may claim');
-SELECT ok(has_function_privilege('cairn_worker', 'cairn.complete(uuid, text, bigint, jsonb, jsonb, jsonb)', 'EXECUTE'),
+SELECT ok(has_function_privilege('cairn_worker', 'cairn.complete(uuid, text, bigint, jsonb, jsonb, jsonb, jsonb)', 'EXECUTE'),
 	'workers may complete');
 SELECT ok(NOT has_function_privilege('cairn_worker', 'cairn.submit(jsonb, jsonb, text, text, jsonb)', 'EXECUTE'),
 	'workers may not submit');
