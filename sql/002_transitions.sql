@@ -752,6 +752,15 @@ BEGIN
 		jsonb_build_object('seq', v_seq, 'base_seq', p_base_seq, 'codec', p_codec,
 			'raw_size', p_raw_size, 'stored_size', p_stored_size, 'tree_hash', p_tree_hash),
 		v_at);
+	-- retention: a new full checkpoint starts a chain; keep it and the chain
+	-- before it (the fallback when the newest does not verify), prune older
+	IF p_base_seq IS NULL THEN
+		DELETE FROM cairn.checkpoints c
+		 WHERE c.run_id = p_run AND c.step_id = p_step
+		   AND c.seq < (SELECT max(f.seq) FROM cairn.checkpoints f
+				 WHERE f.run_id = p_run AND f.step_id = p_step AND f.base_seq IS NULL
+				   AND f.seq < v_seq);
+	END IF;
 	PERFORM cairn._end(p_run, v_seq, v_at);
 	RETURN v_seq;
 END $$;
