@@ -186,6 +186,20 @@ tap_diag() { printf '%s\n' "$*" | sed 's/^/# /'; }
 tap_skip_all() { echo "1..0 # SKIP $*"; exit 0; }
 tap_bail() { echo "Bail out! $*"; exit 1; }
 tap_done() {
+	tap_replay_check
 	echo "1..$TAP_N"
 	[ "$TAP_FAILED" -eq 0 ]
+}
+
+# tap_replay_check: when the test's database is up, one more result: replaying
+# the events of every run the test created rebuilds its runs and steps rows
+# exactly (cairn.replay_check). Runs with a difference are listed.
+tap_replay_check() {
+	local n bad
+	[ -n "${CAIRN_DATABASE_URL:-}" ] || return 0
+	n=$(psql -X -Atq "$CAIRN_DATABASE_URL" -c "select count(*) from cairn.runs" 2>/dev/null) || return 0
+	[ -n "$n" ] && [ "$n" -gt 0 ] || return 0
+	bad=$(psql -X -Atq "$CAIRN_DATABASE_URL" -c "select run_id || ' ' || d from cairn.runs,
+		lateral (select cairn.replay_check(run_id)::text d) x where d <> '[]'" 2>&1)
+	tap_is "$bad" "" "replaying the events rebuilds each of the $n runs exactly"
 }
