@@ -1186,14 +1186,10 @@ static void h_get_workflow(struct http_req *r, void *arg)
 		call_free(c);
 }
 
-static void h_list_workflows(struct http_req *r, void *arg)
+/* A page of a list keyed by name: sql takes $1 the limit and $2 the name
+ * to start after (?limit=, ?after=); what is the 404 message when empty. */
+static void list_by_name(void *arg, struct http_req *r, const char *sql, const char *what)
 {
-	static const char sql[] =
-		"select json_build_object('workflows', coalesce(json_agg(json_build_object('name', w.name, "
-		"'version', w.version, 'created_at', w.created_at) order by w.name), '[]'::json), "
-		"'next', case when count(*) = $1::int then max(w.name) end)::text "
-		"from (select distinct on (name) name, version, created_at from cairn.workflow_defs "
-		"where name > coalesce($2, '') order by name, version desc limit $1::int) w";
 	const char *after = http_query(r, "after");
 	int64_t limit;
 	char limit_s[24];
@@ -1203,9 +1199,20 @@ static void h_list_workflows(struct http_req *r, void *arg)
 		return;
 	snprintf(limit_s, sizeof(limit_s), "%" PRId64, limit);
 	c = call_new(arg, r);
-	c->s1 = xstrdup("no workflows");
+	c->s1 = xstrdup(what);
 	if (!submit_query(arg, r, sql, 2, (const char *[]){ limit_s, after }, one_or_404_done, c))
 		call_free(c);
+}
+
+static void h_list_workflows(struct http_req *r, void *arg)
+{
+	static const char sql[] =
+		"select json_build_object('workflows', coalesce(json_agg(json_build_object('name', w.name, "
+		"'version', w.version, 'created_at', w.created_at) order by w.name), '[]'::json), "
+		"'next', case when count(*) = $1::int then max(w.name) end)::text "
+		"from (select distinct on (name) name, version, created_at from cairn.workflow_defs "
+		"where name > coalesce($2, '') order by name, version desc limit $1::int) w";
+	list_by_name(arg, r, sql, "no workflows");
 }
 
 /* ---- schedules ---- */
@@ -1358,18 +1365,7 @@ static void h_list_schedules(struct http_req *r, void *arg)
 		"'next', case when count(*) = $1::int then max(s.name) end)::text "
 		"from (select * from cairn.schedules where name > coalesce($2, '') "
 		"order by name limit $1::int) s";
-	const char *after = http_query(r, "after");
-	int64_t limit;
-	char limit_s[24];
-	struct call *c;
-
-	if (!query_int(r, "limit", LIST_DEFAULT, 1, LIST_MAX, &limit))
-		return;
-	snprintf(limit_s, sizeof(limit_s), "%" PRId64, limit);
-	c = call_new(arg, r);
-	c->s1 = xstrdup("no schedules");
-	if (!submit_query(arg, r, sql, 2, (const char *[]){ limit_s, after }, one_or_404_done, c))
-		call_free(c);
+	list_by_name(arg, r, sql, "no schedules");
 }
 
 static void h_get_schedule(struct http_req *r, void *arg)
