@@ -825,16 +825,18 @@ DECLARE
 	v cairn.steps;
 	v_seq bigint;
 	v_at timestamptz := clock_timestamp();
+	v_gone text[];
 	v_dead text[];
 	n int := 0;
 BEGIN
-	-- note when a session is first seen gone, and forget it when it is back
-	UPDATE cairn.workers w SET gone_since = v_at
-	 WHERE w.gone_since IS NULL AND w.worker_id IN (SELECT worker_id FROM cairn.sessionless_workers);
-	UPDATE cairn.workers w SET gone_since = NULL
-	 WHERE w.gone_since IS NOT NULL
-	   AND w.worker_id NOT IN (SELECT worker_id FROM cairn.sessionless_workers);
-	SELECT coalesce(array_agg(worker_id), '{}') INTO v_dead FROM cairn.dead_workers;
+	-- one look at the session locks: note when a session is first seen
+	-- gone, forget it when it is back, and call dead what stayed gone
+	SELECT coalesce(array_agg(worker_id), '{}') INTO v_gone FROM cairn.sessionless_workers;
+	UPDATE cairn.workers w
+	   SET gone_since = CASE WHEN w.worker_id = ANY (v_gone) THEN v_at END
+	 WHERE (w.gone_since IS NULL) = (w.worker_id = ANY (v_gone));
+	SELECT coalesce(array_agg(worker_id), '{}') INTO v_dead FROM cairn.workers
+	 WHERE gone_since <= v_at - interval '500 ms';
 	FOR v IN SELECT * FROM cairn.steps s
 		  WHERE s.status IN ('leased', 'running')
 		    AND (s.lease_expires_at < v_at OR s.lease_owner = ANY (v_dead))
